@@ -1,0 +1,59 @@
+#include "replication/event_id.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace walfeed::replication {
+namespace {
+
+using ::testing::HasSubstr;
+using ::walfeed::testing::IsOk;
+using ::walfeed::testing::StatusIs;
+
+TEST(EventIdTest, ParsesAndFormats) {
+  absl::StatusOr<EventId> id = EventId::Parse("0/1A2B3C8:0");
+  ASSERT_THAT(id, IsOk());
+  EXPECT_EQ(id->commit_lsn.value(), 0x1A2B3C8u);
+  EXPECT_EQ(id->index, 0u);
+  EXPECT_EQ(id->ToString(), "0/1A2B3C8:0");
+  EXPECT_EQ(EventId::Parse("16/b374d848:4294967295")->ToString(), "16/B374D848:4294967295");
+  EXPECT_EQ(EventId::Parse("0/01A2B3C8:7")->ToString(), "0/1A2B3C8:7");
+}
+
+TEST(EventIdTest, RejectsMalformedInputWithTheExpectedForm) {
+  for (const char* bad :
+       {"", ":", "0/1A2B3C8", "0/1A2B3C8:", ":0", "0/1A2B3C8:-1", "0/1A2B3C8:+1",
+        "0/1A2B3C8: 1", "0/1A2B3C8:1 ", "0/1A2B3C8:1x", "0/1A2B3C8:0x1", "x/1:0",
+        "0/1A2B3C8:1:2", "0/1A2B3C8:4294967296", "0/1A2B3C8:99999999999",
+        "0/1A2B3C8:00000000001"}) {
+    EXPECT_THAT(EventId::Parse(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("expected <commit_lsn>:<index> like 0/1A2B3C8:0")))
+        << bad;
+  }
+}
+
+TEST(EventIdTest, OrdersByCommitLsnThenIndex) {
+  std::vector<EventId> ids = {*EventId::Parse("1/0:0"), *EventId::Parse("0/10:2"),
+                              *EventId::Parse("0/9:5"), *EventId::Parse("0/10:10"),
+                              *EventId::Parse("0/10:9")};
+  std::sort(ids.begin(), ids.end());
+  std::vector<std::string> text;
+  for (const EventId& id : ids) text.push_back(id.ToString());
+  EXPECT_THAT(text, ::testing::ElementsAre("0/9:5", "0/10:2", "0/10:9", "0/10:10", "1/0:0"));
+  EXPECT_EQ(*EventId::Parse("0/10:1"), *EventId::Parse("0/00000010:1"));
+  EXPECT_LE(*EventId::Parse("0/10:1"), *EventId::Parse("0/10:1"));
+  EXPECT_NE(*EventId::Parse("0/10:1"), *EventId::Parse("0/10:2"));
+}
+
+TEST(EventIdTest, QuotesNonPrintableInput) {
+  EXPECT_THAT(EventId::Parse(std::string("0/1:\n", 5)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\\n")));
+}
+
+}  // namespace
+}  // namespace walfeed::replication
