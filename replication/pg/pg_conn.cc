@@ -1,0 +1,145 @@
+#include "replication/pg/pg_conn.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace walfeed::replication::pg {
+namespace {
+
+std::string Field(const PGresult* result, int field) {
+  const char* value = PQresultErrorField(result, field);
+  return value == nullptr ? "" : value;
+}
+
+}  // namespace
+
+absl::StatusCode CodeForSqlState(absl::string_view sqlstate) {
+  if (sqlstate.size() != 5) return absl::StatusCode::kUnavailable;
+  const absl::string_view cls = sqlstate.substr(0, 2);
+  if (sqlstate == "55006") return absl::StatusCode::kUnavailable;  // object in use: slot busy
+  if (sqlstate == "55000") return absl::StatusCode::kFailedPrecondition;  // e.g. slot invalidated
+  if (sqlstate == "42501") return absl::StatusCode::kPermissionDenied;
+  if (sqlstate == "42704" || sqlstate == "42P01" || sqlstate == "42883") {
+    return absl::StatusCode::kNotFound;  // undefined object / table / function
+  }
+  if (sqlstate == "42601") return absl::StatusCode::kInvalidArgument;  // syntax error
+  if (sqlstate == "53400") return absl::StatusCode::kResourceExhausted;  // slots/senders full
+  if (cls == "28") return absl::StatusCode::kPermissionDenied;  // authentication
+  if (cls == "3D" || cls == "3F") return absl::StatusCode::kNotFound;  // database / schema
+  if (cls == "42" || cls == "22" || cls == "0A" || cls == "55" || cls == "F0") {
+    return absl::StatusCode::kFailedPrecondition;
+  }
+  if (cls == "40") return absl::StatusCode::kAborted;
+  // 08 connection, 57 operator intervention (shutdown, restart), 53 resources,
+  // XX internal and anything unknown: transient unless proven otherwise.
+  return absl::StatusCode::kUnavailable;
+}
+
+absl::Status StatusFromResult(const PGresult* result, absl::string_view what) {
+  if (result == nullptr) return absl::UnavailableError(absl::StrCat(what, ": no result"));
+  const std::string sqlstate = Field(result, PG_DIAG_SQLSTATE);
+  std::string message = absl::StrCat(what, ": ", Field(result, PG_DIAG_MESSAGE_PRIMARY));
+  if (message.size() == what.size() + 2) {
+    message = absl::StrCat(what, ": ", PQresultErrorMessage(result));
+  }
+  if (!sqlstate.empty()) absl::StrAppend(&message, " (SQLSTATE ", sqlstate, ")");
+  const std::string detail = Field(result, PG_DIAG_MESSAGE_DETAIL);
+  if (!detail.empty()) absl::StrAppend(&message, "; detail: ", detail);
+  const std::string hint = Field(result, PG_DIAG_MESSAGE_HINT);
+  if (!hint.empty()) absl::StrAppend(&message, "; hint: ", hint);
+  return absl::Status(CodeForSqlState(sqlstate), message);
+}
+
+absl::Status StatusFromConnection(const PGconn* conn, absl::string_view what) {
+  std::string error = conn == nullptr ? "out of memory" : PQerrorMessage(conn);
+  while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
+  // libpq reports authentication failures only as text.
+  if (absl::StrContains(error, "password authentication failed") ||
+      absl::StrContains(error, "no password supplied") ||
+      absl::StrContains(error, "no pg_hba.conf entry")) {
+    return absl::PermissionDeniedError(absl::StrCat(what, ": ", error));
+  }
+  if (absl::StrContains(error, "does not exist")) {  // database or role
+    return absl::NotFoundError(absl::StrCat(what, ": ", error));
+  }
+  return absl::UnavailableError(absl::StrCat(what, ": ", error));
+}
+
+absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind) {
+  // libpq processes these in order and a repeated keyword takes the last value, so:
+  // our default application_name first (a conninfo that sets one overrides it), then
+  // the conninfo itself (expanded from the first dbname keyword), then
+  // replication=database last so a conninfo cannot turn it off.
+  const std::string conninfo_str(conninfo);
+  std::vector<const char*> keys = {"application_name", "dbname"};
+  std::vector<const char*> values = {"walfeed", conninfo_str.c_str()};
+  if (kind == ConnectionKind::kReplication) {
+    keys.push_back("replication");
+    values.push_back("database");
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+  PgConnPtr conn(PQconnectdbParams(keys.data(), values.data(), /*expand_dbname=*/1));
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    return StatusFromConnection(conn.get(), "connecting to PostgreSQL");
+  }
+  return conn;
+}
+
+absl::StatusOr<PgResultPtr> Exec(PGconn* conn, absl::string_view sql,
+                                 const std::vector<std::optional<std::string>>& params) {
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+  PgResultPtr result(PQexecParams(conn, std::string(sql).c_str(),
+                                  static_cast<int>(values.size()), nullptr, values.data(),
+                                  nullptr, nullptr, 0));
+  const ExecStatusType status = PQresultStatus(result.get());
+  if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return result;
+  if (result == nullptr || PQstatus(conn) != CONNECTION_OK) {
+    return StatusFromConnection(conn, sql);
+  }
+  return StatusFromResult(result.get(), sql);
+}
+
+absl::StatusOr<PgResultPtr> ExecSimple(PGconn* conn, absl::string_view sql) {
+  PgResultPtr result(PQexec(conn, std::string(sql).c_str()));
+  const ExecStatusType status = PQresultStatus(result.get());
+  if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_COPY_BOTH) {
+    return result;
+  }
+  if (result == nullptr || PQstatus(conn) != CONNECTION_OK) {
+    return StatusFromConnection(conn, sql);
+  }
+  return StatusFromResult(result.get(), sql);
+}
+
+std::string QuoteIdentifier(absl::string_view identifier) {
+  std::string out = "\"";
+  for (char c : identifier) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+std::string QuoteLiteral(absl::string_view literal) {
+  // standard_conforming_strings is on in every supported server, so only quotes
+  // need doubling; backslashes are literal.
+  std::string out = "'";
+  for (char c : literal) {
+    if (c == '\'') out += '\'';
+    out += c;
+  }
+  out += '\'';
+  return out;
+}
+
+std::optional<std::string> Value(const PGresult* result, int row, int column) {
+  if (PQgetisnull(result, row, column)) return std::nullopt;
+  return std::string(PQgetvalue(result, row, column),
+                     static_cast<size_t>(PQgetlength(result, row, column)));
+}
+
+}  // namespace walfeed::replication::pg

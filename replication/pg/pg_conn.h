@@ -1,0 +1,70 @@
+// Small libpq helpers: owning handles, SQL execution with parameters, and the one
+// place where PostgreSQL errors become canonical absl::Status codes.
+//
+// Classification (see replication/retry.h): SQLSTATE classes that no retry can fix
+// become definite codes (NotFound, PermissionDenied, FailedPrecondition,
+// InvalidArgument, DataLoss for an invalidated slot); a lost connection, a server
+// shutting down or restarting, a slot held by another process, and anything not
+// recognised become Unavailable (transient). Messages carry the SQLSTATE, the
+// server's message, detail and hint.
+#ifndef WALFEED_REPLICATION_PG_PG_CONN_H_
+#define WALFEED_REPLICATION_PG_PG_CONN_H_
+
+#include <libpq-fe.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace walfeed::replication::pg {
+
+struct PgConnCloser {
+  void operator()(PGconn* conn) const { PQfinish(conn); }
+};
+using PgConnPtr = std::unique_ptr<PGconn, PgConnCloser>;
+
+struct PgResultClearer {
+  void operator()(PGresult* result) const { PQclear(result); }
+};
+using PgResultPtr = std::unique_ptr<PGresult, PgResultClearer>;
+
+enum class ConnectionKind {
+  kSql,          // An ordinary connection.
+  kReplication,  // replication=database: a logical walsender (simple queries only).
+};
+
+// Connects with `conninfo` (key/value string or postgresql:// URL). The password
+// comes from libpq's usual places (PGPASSWORD, PGPASSFILE / ~/.pgpass, or the
+// conninfo itself) and sslmode is honoured as given. application_name defaults to
+// "walfeed" unless the conninfo sets one.
+absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind);
+
+// Runs one statement with text parameters ($1, $2, ...; nullopt = NULL). Not on
+// replication connections (they accept only the simple query protocol).
+absl::StatusOr<PgResultPtr> Exec(PGconn* conn, absl::string_view sql,
+                                 const std::vector<std::optional<std::string>>& params = {});
+// Runs a command with the simple query protocol (replication connections).
+absl::StatusOr<PgResultPtr> ExecSimple(PGconn* conn, absl::string_view sql);
+
+// The status for a failed result / broken connection; `what` says what was tried.
+absl::Status StatusFromResult(const PGresult* result, absl::string_view what);
+absl::Status StatusFromConnection(const PGconn* conn, absl::string_view what);
+// The canonical code for a SQLSTATE (exposed for tests).
+absl::StatusCode CodeForSqlState(absl::string_view sqlstate);
+
+// Identifier and literal quoting for commands that cannot take parameters
+// (replication commands, DDL).
+std::string QuoteIdentifier(absl::string_view identifier);
+std::string QuoteLiteral(absl::string_view literal);
+
+// Value of row `row`, column `column`, or nullopt for NULL.
+std::optional<std::string> Value(const PGresult* result, int row, int column);
+
+}  // namespace walfeed::replication::pg
+
+#endif  // WALFEED_REPLICATION_PG_PG_CONN_H_

@@ -1,0 +1,88 @@
+// libpq helpers against a real server: parameters, NULLs, error classification,
+// replication connections.
+#include "replication/pg/pg_conn.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "replication/retry.h"
+#include "tests/testing/pg_cluster.h"
+#include "tests/testing/status_matchers.h"
+
+namespace walfeed::replication::pg {
+namespace {
+
+using ::testing::HasSubstr;
+using ::walfeed::testing::IsOk;
+using ::walfeed::testing::PgCluster;
+using ::walfeed::testing::StatusIs;
+
+TEST(PgConnUnitTest, ClassifiesSqlStates) {
+  EXPECT_EQ(CodeForSqlState("42704"), absl::StatusCode::kNotFound);
+  EXPECT_EQ(CodeForSqlState("42501"), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CodeForSqlState("28P01"), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CodeForSqlState("55006"), absl::StatusCode::kUnavailable);  // slot busy
+  EXPECT_EQ(CodeForSqlState("57P01"), absl::StatusCode::kUnavailable);  // shutdown
+  EXPECT_EQ(CodeForSqlState("08006"), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(CodeForSqlState("XX000"), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(CodeForSqlState(""), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(CodeForSqlState("42601"), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CodeForSqlState("53400"), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(PgConnUnitTest, Quoting) {
+  EXPECT_EQ(QuoteIdentifier("My\"Slot"), "\"My\"\"Slot\"");
+  EXPECT_EQ(QuoteLiteral("it's \\ fine"), "'it''s \\ fine'");
+}
+
+class PgConnTest : public ::testing::Test {
+ protected:
+  void SetUp() override { WALFEED_START_PG_OR_SKIP(pg_, PgCluster::Options{}); }
+  std::unique_ptr<PgCluster> pg_;
+};
+
+TEST_F(PgConnTest, ExecWithParametersAndNulls) {
+  absl::StatusOr<PgConnPtr> conn = Connect(pg_->ConnInfo(), ConnectionKind::kSql);
+  ASSERT_THAT(conn, IsOk());
+  absl::StatusOr<PgResultPtr> result =
+      Exec(conn->get(), "SELECT $1::text, $2::text, current_setting('application_name')",
+           {std::string("a'b"), std::nullopt});
+  ASSERT_THAT(result, IsOk());
+  EXPECT_EQ(Value(result->get(), 0, 0), "a'b");
+  EXPECT_EQ(Value(result->get(), 0, 1), std::nullopt);
+  EXPECT_EQ(Value(result->get(), 0, 2), "walfeed");
+}
+
+TEST_F(PgConnTest, ConninfoApplicationNameWins) {
+  absl::StatusOr<PgConnPtr> conn =
+      Connect(pg_->ConnInfo() + " application_name=mine", ConnectionKind::kSql);
+  ASSERT_THAT(conn, IsOk());
+  EXPECT_EQ(Value(Exec(conn->get(), "SHOW application_name")->get(), 0, 0), "mine");
+}
+
+TEST_F(PgConnTest, ClassifiesServerErrors) {
+  absl::StatusOr<PgConnPtr> conn = Connect(pg_->ConnInfo(), ConnectionKind::kSql);
+  ASSERT_THAT(conn, IsOk());
+  EXPECT_THAT(Exec(conn->get(), "SELECT * FROM missing_table"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("SQLSTATE 42P01")));
+  EXPECT_THAT(Exec(conn->get(), "SELEC 1"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Connect(pg_->ConnInfo("no_such_db"), ConnectionKind::kSql),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no_such_db")));
+}
+
+TEST_F(PgConnTest, ConnectionRefusedIsTransient) {
+  const std::string conninfo = pg_->ConnInfo();
+  ASSERT_THAT(pg_->Stop("fast"), IsOk());
+  absl::StatusOr<PgConnPtr> conn = Connect(conninfo, ConnectionKind::kSql);
+  EXPECT_TRUE(IsTransient(conn.status())) << conn.status();
+}
+
+TEST_F(PgConnTest, ReplicationConnectionRunsReplicationCommands) {
+  absl::StatusOr<PgConnPtr> conn = Connect(pg_->ConnInfo(), ConnectionKind::kReplication);
+  ASSERT_THAT(conn, IsOk());
+  absl::StatusOr<PgResultPtr> result = ExecSimple(conn->get(), "IDENTIFY_SYSTEM");
+  ASSERT_THAT(result, IsOk());
+  EXPECT_EQ(Value(result->get(), 0, 3), "postgres");  // dbname: a logical walsender.
+}
+
+}  // namespace
+}  // namespace walfeed::replication::pg
