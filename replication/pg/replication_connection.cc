@@ -1,0 +1,129 @@
+#include "replication/pg/replication_connection.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace walfeed::replication::pg {
+
+std::string StartReplicationCommand(const StartOptions& options) {
+  // publication_names is parsed by the server like a list of SQL identifiers, so
+  // each name is double-quoted inside the string literal to keep its case.
+  std::vector<std::string> quoted;
+  for (const std::string& name : options.publication_names) {
+    quoted.push_back(QuoteIdentifier(name));
+  }
+  return absl::StrCat("START_REPLICATION SLOT ", QuoteIdentifier(options.slot_name),
+                      " LOGICAL ", options.start_lsn.ToString(), " (\"proto_version\" '",
+                      options.proto_version, "', \"publication_names\" ",
+                      QuoteLiteral(absl::StrJoin(quoted, ",")), ", \"messages\" '",
+                      options.messages ? "true" : "false", "')");
+}
+
+absl::StatusOr<std::unique_ptr<ReplicationConnection>> ReplicationConnection::Connect(
+    absl::string_view conninfo) {
+  absl::StatusOr<PgConnPtr> conn = pg::Connect(conninfo, ConnectionKind::kReplication);
+  if (!conn.ok()) return conn.status();
+  std::unique_ptr<ReplicationConnection> rc(new ReplicationConnection(std::move(*conn)));
+  // A logical walsender accepts simple SQL before START_REPLICATION.
+  absl::StatusOr<PgResultPtr> timeout = ExecSimple(
+      rc->conn_.get(), "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'");
+  if (!timeout.ok()) return timeout.status();
+  int64_t ms = 0;
+  if (PQntuples(timeout->get()) == 1 && absl::SimpleAtoi(PQgetvalue(timeout->get(), 0, 0), &ms)) {
+    rc->wal_sender_timeout_ = absl::Milliseconds(ms);
+  }
+  return rc;
+}
+
+absl::Status ReplicationConnection::Start(const StartOptions& options) {
+  absl::StatusOr<PgResultPtr> result =
+      ExecSimple(conn_.get(), StartReplicationCommand(options));
+  if (!result.ok()) return result.status();
+  if (PQresultStatus(result->get()) != PGRES_COPY_BOTH) {
+    return absl::UnavailableError("START_REPLICATION did not enter CopyBoth mode");
+  }
+  if (PQsetnonblocking(conn_.get(), 1) != 0) {
+    return StatusFromConnection(conn_.get(), "switching to non-blocking mode");
+  }
+  streaming_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ReplicationConnection::StreamEndStatus() {
+  // The copy ended; the server's ErrorResponse, if it sent one, is in a result.
+  streaming_ = false;
+  absl::Status status;
+  while (PGresult* raw = PQgetResult(conn_.get())) {
+    PgResultPtr result(raw);
+    const ExecStatusType s = PQresultStatus(raw);
+    if (s == PGRES_FATAL_ERROR || s == PGRES_NONFATAL_ERROR) {
+      status = StatusFromResult(raw, "replication stream");
+    }
+  }
+  if (status.ok() && PQstatus(conn_.get()) == CONNECTION_BAD) {
+    status = StatusFromConnection(conn_.get(), "replication stream");
+  }
+  return status;
+}
+
+absl::StatusOr<std::optional<Frame>> ReplicationConnection::TryRead() {
+  char* buffer = nullptr;
+  const int n = PQgetCopyData(conn_.get(), &buffer, /*async=*/1);
+  if (n > 0) return std::optional<Frame>(Frame(buffer, n));
+  if (n == 0) return std::optional<Frame>();
+  if (n == -1) {
+    absl::Status status = StreamEndStatus();
+    if (status.ok()) status = absl::UnavailableError("the server ended the replication stream");
+    return status;
+  }
+  return StatusFromConnection(conn_.get(), "reading the replication stream");
+}
+
+absl::Status ReplicationConnection::ConsumeInput() {
+  if (PQconsumeInput(conn_.get()) == 0) {
+    return StatusFromConnection(conn_.get(), "reading the replication stream");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReplicationConnection::Send(absl::Span<const uint8_t> message) {
+  if (PQputCopyData(conn_.get(), reinterpret_cast<const char*>(message.data()),
+                    static_cast<int>(message.size())) != 1) {
+    return StatusFromConnection(conn_.get(), "sending a status update");
+  }
+  return FlushOutput();
+}
+
+absl::Status ReplicationConnection::FlushOutput() {
+  const int rc = PQflush(conn_.get());
+  if (rc < 0) return StatusFromConnection(conn_.get(), "sending a status update");
+  pending_output_ = rc == 1;
+  return absl::OkStatus();
+}
+
+absl::Status ReplicationConnection::Finish() {
+  if (!streaming_) return absl::OkStatus();
+  // Blocking from here on: this is a bounded goodbye, not the streaming loop.
+  PQsetnonblocking(conn_.get(), 0);
+  if (PQputCopyEnd(conn_.get(), nullptr) != 1 || PQflush(conn_.get()) != 0) {
+    streaming_ = false;
+    return StatusFromConnection(conn_.get(), "ending the replication stream");
+  }
+  for (;;) {
+    char* buffer = nullptr;
+    const int n = PQgetCopyData(conn_.get(), &buffer, /*async=*/0);
+    if (n > 0) {
+      PQfreemem(buffer);
+      continue;
+    }
+    if (n == -1) break;
+    streaming_ = false;
+    return StatusFromConnection(conn_.get(), "ending the replication stream");
+  }
+  return StreamEndStatus();
+}
+
+}  // namespace walfeed::replication::pg
