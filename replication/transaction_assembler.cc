@@ -136,6 +136,14 @@ absl::Status TransactionAssembler::Process(pgoutput::Message message, std::vecto
   return status;
 }
 
+void TransactionAssembler::set_excluded_schema(std::string schema) {
+  excluded_schema_ = std::move(schema);
+}
+
+bool TransactionAssembler::Excluded(const RelationInfo& relation) const {
+  return !excluded_schema_.empty() && relation.schema == excluded_schema_;
+}
+
 void TransactionAssembler::Reset(Lsn start_lsn) {
   start_lsn_ = start_lsn;
   last_commit_lsn_ = Lsn::kInvalid;
@@ -229,6 +237,7 @@ absl::Status TransactionAssembler::OnInsert(pgoutput::Insert insert, std::vector
   WALFEED_RETURN_IF_ERROR(CheckNotStreamed(insert.xid, what));
   WALFEED_RETURN_IF_ERROR(CheckChangeAllowed(what));
   WALFEED_ASSIGN_OR_RETURN(auto relation, FindRelation(insert.relation_id, what));
+  if (Excluded(*relation)) return absl::OkStatus();
   WALFEED_RETURN_IF_ERROR(CheckColumnCount(*relation, insert.new_tuple, what, "new"));
   ChangeEvent event;
   event.op = ChangeEvent::Op::kInsert;
@@ -243,6 +252,7 @@ absl::Status TransactionAssembler::OnUpdate(pgoutput::Update update, std::vector
   WALFEED_RETURN_IF_ERROR(CheckNotStreamed(update.xid, what));
   WALFEED_RETURN_IF_ERROR(CheckChangeAllowed(what));
   WALFEED_ASSIGN_OR_RETURN(auto relation, FindRelation(update.relation_id, what));
+  if (Excluded(*relation)) return absl::OkStatus();
   if (update.old_kind != pgoutput::OldTupleKind::kNone) {
     WALFEED_RETURN_IF_ERROR(CheckColumnCount(*relation, update.old_tuple, what, "old"));
   }
@@ -262,6 +272,7 @@ absl::Status TransactionAssembler::OnDelete(pgoutput::Delete del, std::vector<Ou
   WALFEED_RETURN_IF_ERROR(CheckNotStreamed(del.xid, what));
   WALFEED_RETURN_IF_ERROR(CheckChangeAllowed(what));
   WALFEED_ASSIGN_OR_RETURN(auto relation, FindRelation(del.relation_id, what));
+  if (Excluded(*relation)) return absl::OkStatus();
   if (del.old_kind == pgoutput::OldTupleKind::kNone) {
     // pgoutput does not send a Delete it has no old key or row for.
     return absl::DataLossError(
@@ -293,8 +304,9 @@ absl::Status TransactionAssembler::OnTruncate(const pgoutput::Truncate& truncate
   event.truncated_relations.reserve(truncate.relation_ids.size());
   for (uint32_t relation_id : truncate.relation_ids) {
     WALFEED_ASSIGN_OR_RETURN(auto relation, FindRelation(relation_id, what));
-    event.truncated_relations.push_back(std::move(relation));
+    if (!Excluded(*relation)) event.truncated_relations.push_back(std::move(relation));
   }
+  if (event.truncated_relations.empty()) return absl::OkStatus();  // Only excluded ones.
   Emit(std::move(event), out);
   return absl::OkStatus();
 }

@@ -150,6 +150,13 @@ class TransactionAssembler {
   // stay valid; the transaction will be re-sent whole with the same ids.
   void Reset(Lsn start_lsn);
 
+  // Changes to relations in `schema` are dropped before they take an index, as if
+  // the table were not published. walfeed's checkpoint store lives there, so its own
+  // writes never reach consumers even under FOR ALL TABLES; the store writes in
+  // transactions of their own, so those become transactions without events. ""
+  // (the default) drops nothing.
+  void set_excluded_schema(std::string schema);
+
   bool in_transaction() const { return open_.has_value(); }
   // The open transaction's commit LSN (Begin.final_lsn), 0/0 outside a transaction.
   Lsn current_commit_lsn() const { return open_ ? open_->commit_lsn : Lsn::kInvalid; }
@@ -190,9 +197,11 @@ class TransactionAssembler {
   // Fills id/xid/commit_time, takes the next index and holds `event`, releasing the
   // previously held one into `*out`. Call only after CheckChangeAllowed() passed.
   void Emit(ChangeEvent event, std::vector<Output>* out);
+  bool Excluded(const RelationInfo& relation) const;
   // The id the next change of the open transaction would get, for error messages.
   std::string NextIdForError() const;
 
+  std::string excluded_schema_;  // See set_excluded_schema(); "" = none.
   // LSN passed to START_REPLICATION for this session (0/0: none). Every Begin of the
   // session must have final_lsn >= start_lsn_ (PostgreSQL skips earlier commits).
   Lsn start_lsn_;

@@ -41,7 +41,9 @@ StreamReader::StreamReader(ReaderOptions options, AckTracker* tracker, StreamSin
       tracker_(tracker),
       sink_(sink),
       store_(store),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  assembler_.set_excluded_schema(options_.excluded_schema);
+}
 
 StreamReader::~StreamReader() {
   if (wake_fd_ >= 0) close(wake_fd_);

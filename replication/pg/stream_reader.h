@@ -72,6 +72,8 @@ struct ReaderOptions {
   std::string conninfo;
   std::string slot_name;
   std::vector<std::string> publication_names;
+  // Changes to tables in this schema (the checkpoint store's) are never delivered.
+  std::string excluded_schema = "walfeed";
   absl::Duration max_feedback_interval = absl::Seconds(1);
   absl::Duration backoff_base = absl::Milliseconds(100);
   absl::Duration backoff_cap = absl::Seconds(30);

@@ -736,5 +736,29 @@ TEST(TransactionAssemblerTest, TransactionBeforeStartPositionIsDataLoss) {
               ElementsAre("begin 0/B030 xid 700", "commit 0/B030 end 0/B060 events 0"));
 }
 
+// The checkpoint store's schema: its writes never take an index or reach a consumer,
+// and a TRUNCATE keeps only the other relations.
+TEST(TransactionAssemblerTest, ExcludedSchemaChangesTakeNoIndex) {
+  TransactionAssembler assembler;
+  assembler.set_excluded_schema("walfeed");
+  pgoutput::Relation store = Relation(2, "consumer_checkpoints", {"stream", "consumer"});
+  store.namespace_name = "walfeed";
+  const std::vector<Output> out =
+      Feed(assembler, {Begin(0x1000), Relation(1, "t", {"id"}), store,
+                       Insert(2, Tuple({"s", "c"})), Insert(1, Tuple({"1"})),
+                       Update(2, pgoutput::OldTupleKind::kNone, {}, Tuple({"s", "d"})),
+                       Delete(2, Tuple({"s", "\n"})), Truncate({2, 1}, 1), Truncate({2}),
+                       Commit(0x1000, 0x1040), Begin(0x2000), Insert(2, Tuple({"s", "e"})),
+                       Commit(0x2000, 0x2040)});
+  EXPECT_THAT(Lines(out), ElementsAre("begin 0/1000 xid 700", "event 0/1000:0 INSERT public.t",
+                                      "event 0/1000:1 TRUNCATE last of 2 end 0/1040",
+                                      "commit 0/1000 end 0/1040 events 2",
+                                      "begin 0/2000 xid 700", "commit 0/2000 end 0/2040 events 0"));
+  const std::vector<ChangeEvent> events = Events(out);
+  ASSERT_EQ(events.size(), 2u);
+  ASSERT_EQ(events[1].truncated_relations.size(), 1u);
+  EXPECT_EQ(events[1].truncated_relations[0]->table, "t");
+}
+
 }  // namespace
 }  // namespace walfeed::replication
