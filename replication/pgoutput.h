@@ -15,7 +15,10 @@
 //                  Stream Prepare
 //   v4 (PG 16+)  + Stream Abort carries abort LSN and time when streaming = parallel
 // A slot created with TWO_PHASE sends the v3 prepare messages whatever version was
-// requested, so they decode under every version.
+// requested, so Begin Prepare, Prepare, Commit Prepared and Rollback Prepared decode
+// under every version; Stream Prepare ends a streamed transaction and so needs >= 2.
+// Options no server can produce (a version outside 1-4, a stream block under
+// version 1, parallel streaming below 4) are the caller's bug: InvalidArgument.
 #ifndef WALFEED_REPLICATION_PGOUTPUT_H_
 #define WALFEED_REPLICATION_PGOUTPUT_H_
 
