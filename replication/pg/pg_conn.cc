@@ -1,10 +1,13 @@
 #include "replication/pg/pg_conn.h"
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace walfeed::replication::pg {
 namespace {
+
+constexpr char kSqlStatePayload[] = "walfeed/sqlstate";
 
 std::string Field(const PGresult* result, int field) {
   const char* value = PQresultErrorField(result, field);
@@ -47,7 +50,14 @@ absl::Status StatusFromResult(const PGresult* result, absl::string_view what) {
   if (!detail.empty()) absl::StrAppend(&message, "; detail: ", detail);
   const std::string hint = Field(result, PG_DIAG_MESSAGE_HINT);
   if (!hint.empty()) absl::StrAppend(&message, "; hint: ", hint);
-  return absl::Status(CodeForSqlState(sqlstate), message);
+  absl::Status status(CodeForSqlState(sqlstate), message);
+  if (!sqlstate.empty()) status.SetPayload(kSqlStatePayload, absl::Cord(sqlstate));
+  return status;
+}
+
+std::string SqlStateOf(const absl::Status& status) {
+  absl::optional<absl::Cord> payload = status.GetPayload(kSqlStatePayload);
+  return payload.has_value() ? std::string(*payload) : "";
 }
 
 absl::Status StatusFromConnection(const PGconn* conn, absl::string_view what) {

@@ -54,6 +54,10 @@ absl::StatusOr<PgResultPtr> ExecSimple(PGconn* conn, absl::string_view sql);
 // The status for a failed result / broken connection; `what` says what was tried.
 absl::Status StatusFromResult(const PGresult* result, absl::string_view what);
 absl::Status StatusFromConnection(const PGconn* conn, absl::string_view what);
+// The SQLSTATE of a server error returned by Exec/ExecSimple/StatusFromResult
+// (carried as a Status payload), or "" when there is none. For callers that must
+// tell apart errors sharing a canonical code, e.g. 42710 duplicate_object.
+std::string SqlStateOf(const absl::Status& status);
 // The canonical code for a SQLSTATE (exposed for tests).
 absl::StatusCode CodeForSqlState(absl::string_view sqlstate);
 
