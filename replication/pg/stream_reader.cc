@@ -254,7 +254,9 @@ absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
 
 absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn) {
   const Lsn confirmable = tracker_->Confirmable();
-  if (confirmable > durable_) {
+  const absl::Time now = absl::Now();
+  if (confirmable > durable_ && now - last_persist_ >= options_.min_persist_interval) {
+    last_persist_ = now;
     absl::Status persisted = store_->PersistConfirmed(confirmable);
     if (persisted.ok()) {
       durable_ = confirmable;
@@ -273,7 +275,7 @@ absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn) {
   update.write = std::max(received, durable_);
   update.flush = durable_;
   update.apply = durable_;
-  update.client_time = copy_data::ToPostgresMicros(absl::Now());
+  update.client_time = copy_data::ToPostgresMicros(now);
   const auto bytes = copy_data::Encode(update);
   WALFEED_RETURN_IF_ERROR(conn.Send(bytes));
   absl::MutexLock lock(&stats_mu_);

@@ -75,6 +75,11 @@ struct ReaderOptions {
   // Changes to tables in this schema (the checkpoint store's) are never delivered.
   std::string excluded_schema = "walfeed";
   absl::Duration max_feedback_interval = absl::Seconds(1);
+  // Storing the confirmed position writes WAL, and on a quiet publication that WAL
+  // is itself the next idle advance: storing on every status update would make an
+  // idle stream write forever, once a second. Advances are therefore stored (and
+  // then confirmed) at most this often.
+  absl::Duration min_persist_interval = absl::Seconds(10);
   absl::Duration backoff_base = absl::Milliseconds(100);
   absl::Duration backoff_cap = absl::Seconds(30);
   uint64_t backoff_seed = 1;
@@ -139,6 +144,7 @@ class StreamReader {
   // Reader-thread state.
   TransactionAssembler assembler_;
   Lsn durable_;              // Confirmed position known durable (sent as flush).
+  absl::Time last_persist_ = absl::InfinitePast();  // When durable_ was last stored.
   Lsn last_committed_;       // Commit LSN of the newest transaction fully delivered.
   std::optional<OpenTransaction> open_;  // Begun and partly delivered.
   bool skipping_ = false;    // Inside a transaction re-sent after a reconnect.

@@ -122,6 +122,7 @@ class StreamReaderTest : public ::testing::Test {
     options.slot_name = "s";
     options.publication_names = {"pub"};
     options.max_feedback_interval = absl::Milliseconds(200);
+    options.min_persist_interval = absl::ZeroDuration();
     return options;
   }
 
@@ -238,6 +239,31 @@ TEST_F(StreamReaderTest, RestartResumesExactlyAfterWhatWasConfirmed) {
   EXPECT_EQ(events[0].new_tuple.columns[0].data, "2");
   EXPECT_EQ(events[1].id, (EventId{t2.commit_lsn, 1}));
   EXPECT_EQ(events[2].new_tuple.columns[0].data, "4");
+  EXPECT_THAT(reader.Stop(), IsOk());
+}
+
+// Storing the confirmed position writes WAL that becomes the next idle advance; the
+// store must not be written on every status update of an idle stream.
+TEST_F(StreamReaderTest, IdleStreamStoresItsPositionAtMostOncePerInterval) {
+  AckTracker tracker(Lsn::kInvalid);
+  ASSERT_THAT(tracker.AddConsumer("c", EventId{}), IsOk());
+  CollectingSink sink;
+  class CountingStore : public ConfirmedLsnStore {
+   public:
+    explicit CountingStore(PgCluster* pg) : pg_(pg) {}
+    absl::Status PersistConfirmed(Lsn) override {
+      ++writes;
+      return pg_->Exec("INSERT INTO quiet (v) VALUES ('checkpoint')");  // Writes WAL.
+    }
+    std::atomic<int> writes{0};
+    PgCluster* pg_;
+  } store(pg_.get());
+  ReaderOptions options = Options();
+  options.min_persist_interval = absl::Hours(1);
+  RunningReader reader(options, &tracker, &sink, &store, Lsn::kInvalid);
+  ASSERT_TRUE(reader.reader().AwaitStats(
+      [](const StreamReader::Stats& s) { return s.status_updates >= 15; }, kDeadline));
+  EXPECT_EQ(store.writes.load(), 1);
   EXPECT_THAT(reader.Stop(), IsOk());
 }
 

@@ -1,0 +1,538 @@
+// Preflight and provisioning: reads the server's settings, the role, the slot
+// and the publications with parameterized catalog queries, and creates missing
+// publications and the slot with quoted identifiers. Facts relied on are those of
+// the design notes on PostgreSQL logical replication (slot creation, settings,
+// slot invalidation, replica identity, publications).
+#include "replication/pg/provisioning.h"
+
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "replication/pg/pg_conn.h"
+#include "replication/status_macros.h"
+
+namespace walfeed::replication::pg {
+namespace {
+
+constexpr int kMinServerVersionNum = 150000;
+constexpr char kDuplicateObject[] = "42710";
+// Two sessions creating the same publication at once: the later one waits for
+// the earlier to commit and then hits pg_publication's unique index.
+constexpr char kUniqueViolation[] = "23505";
+
+// Settings and the session role, in one round trip. session_user is the role
+// that logged in, which is the one a replication connection is checked against.
+constexpr char kServerQuery[] =
+    "SELECT current_setting('server_version_num'), current_setting('server_version'), "
+    "current_setting('wal_level'), current_setting('max_replication_slots'), "
+    "current_setting('max_wal_senders'), r.rolname, r.rolsuper, r.rolreplication, "
+    "current_database(), pg_backend_pid() "
+    "FROM pg_roles r WHERE r.rolname = session_user";
+
+constexpr char kSlotQuery[] =
+    "SELECT slot_type, database, plugin, temporary, two_phase, active_pid, "
+    "confirmed_flush_lsn, restart_lsn, wal_status "
+    "FROM pg_replication_slots WHERE slot_name = $1";
+
+// pg_stat_replication lists every walsender that holds one of the
+// max_wal_senders slots, including connected ones that are not streaming yet.
+constexpr char kCapacityQuery[] =
+    "SELECT (SELECT count(*) FROM pg_replication_slots), "
+    "(SELECT count(*) FROM pg_stat_replication)";
+
+constexpr char kPublicationQuery[] = "SELECT puballtables FROM pg_publication WHERE pubname = $1";
+
+constexpr char kPublishedTablesQuery[] =
+    "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1";
+
+// Replica identity is enforced on the leaf table an UPDATE/DELETE touches, so
+// each query below yields leaves: schema, table, relreplident, has a primary
+// key, has its REPLICA IDENTITY USING INDEX index. WALFEED_LEAVES_OF_PC maps
+// relation `pc` to its leaf partitions when it is partitioned and to itself
+// otherwise (pg_partition_tree returns nothing for a plain table).
+// clang-format off
+#define WALFEED_IDENTITY_COLUMNS                                                                 \
+  "n.nspname, c.relname, c.relreplident, "                                                       \
+  "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), "              \
+  "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident) "
+#define WALFEED_LEAVES_OF_PC                                                                     \
+  "CROSS JOIN LATERAL (SELECT t.relid FROM pg_partition_tree(pc.oid) t "                         \
+  "WHERE t.isleaf AND pc.relkind = 'p' UNION ALL SELECT pc.oid WHERE pc.relkind <> 'p') "        \
+  "leaf JOIN pg_class c ON c.oid = leaf.relid "                                                  \
+  "JOIN pg_namespace n ON n.oid = c.relnamespace "
+
+// Leaves published by an existing publication that publishes UPDATE or DELETE.
+constexpr char kPublishedIdentityQuery[] =
+    "SELECT " WALFEED_IDENTITY_COLUMNS
+    "FROM pg_publication p "
+    "JOIN pg_publication_tables pt ON pt.pubname = p.pubname "
+    "JOIN pg_namespace pn ON pn.nspname = pt.schemaname "
+    "JOIN pg_class pc ON pc.relnamespace = pn.oid AND pc.relname = pt.tablename "
+    WALFEED_LEAVES_OF_PC "WHERE p.pubname = $1 AND (p.pubupdate OR p.pubdelete)";
+
+// One configured table (to be published FOR TABLE): its kind, then its leaves.
+constexpr char kTableKindQuery[] =
+    "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = $1 AND c.relname = $2";
+constexpr char kTableIdentityQuery[] =
+    "SELECT " WALFEED_IDENTITY_COLUMNS
+    "FROM pg_class pc JOIN pg_namespace pn ON pn.oid = pc.relnamespace "
+    WALFEED_LEAVES_OF_PC "WHERE pn.nspname = $1 AND pc.relname = $2";
+
+// Every table FOR ALL TABLES would publish: permanent user tables outside the
+// system schemas (16384 = FirstNormalObjectId).
+constexpr char kAllTablesIdentityQuery[] =
+    "SELECT " WALFEED_IDENTITY_COLUMNS
+    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relkind = 'r' AND c.relpersistence = 'p' AND c.oid >= 16384 "
+    "AND n.nspname NOT IN ('pg_catalog', 'information_schema')";
+
+// clang-format on
+#undef WALFEED_IDENTITY_COLUMNS
+#undef WALFEED_LEAVES_OF_PC
+
+struct ServerState {
+  int version_num = 0;
+  std::string version;
+  std::string wal_level;
+  int64_t max_replication_slots = 0;
+  int64_t max_wal_senders = 0;
+  std::string role;
+  bool superuser = false;
+  bool replication = false;
+  std::string database;
+  std::string backend_pid;
+};
+
+std::string Text(const PGresult* result, int row, int column) {
+  return Value(result, row, column).value_or("");
+}
+
+bool Bool(const PGresult* result, int row, int column) {
+  return Value(result, row, column) == std::optional<std::string>("t");
+}
+
+int64_t Int(const PGresult* result, int row, int column) {
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(Text(result, row, column), &value)) return 0;
+  return value;
+}
+
+// An LSN column; NULL (or anything unparsable) is kInvalid.
+Lsn LsnValue(const PGresult* result, int row, int column) {
+  std::optional<std::string> text = Value(result, row, column);
+  if (!text.has_value()) return Lsn::kInvalid;
+  absl::StatusOr<Lsn> lsn = Lsn::Parse(*text);
+  return lsn.ok() ? *lsn : Lsn::kInvalid;
+}
+
+std::string Quoted(absl::string_view text) { return QuoteIdentifier(text); }
+
+std::string QuotedList(const std::vector<std::string>& names) {
+  return absl::StrJoin(names, ", ", [](std::string* out, const std::string& name) {
+    out->append(QuoteIdentifier(name));
+  });
+}
+
+absl::StatusOr<ServerState> ReadServerState(PGconn* conn) {
+  WALFEED_ASSIGN_OR_RETURN(PgResultPtr result, Exec(conn, kServerQuery));
+  if (PQntuples(result.get()) != 1) {
+    return absl::FailedPreconditionError(
+        "cannot find the session role in pg_roles; is this a PostgreSQL server?");
+  }
+  const PGresult* r = result.get();
+  ServerState state;
+  state.version_num = static_cast<int>(Int(r, 0, 0));
+  state.version = Text(r, 0, 1);
+  state.wal_level = Text(r, 0, 2);
+  state.max_replication_slots = Int(r, 0, 3);
+  state.max_wal_senders = Int(r, 0, 4);
+  state.role = Text(r, 0, 5);
+  state.superuser = Bool(r, 0, 6);
+  state.replication = Bool(r, 0, 7);
+  state.database = Text(r, 0, 8);
+  state.backend_pid = Text(r, 0, 9);
+  return state;
+}
+
+absl::Status CheckServer(const ServerState& server) {
+  if (server.version_num < kMinServerVersionNum) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "PostgreSQL ", server.version, " (server_version_num ", server.version_num,
+        ") is not supported: walfeed needs PostgreSQL 15 or later; upgrade the server"));
+  }
+  if (server.wal_level != "logical") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("wal_level is \"", server.wal_level,
+                     "\" but logical decoding needs \"logical\": set wal_level = logical in "
+                     "postgresql.conf and restart PostgreSQL"));
+  }
+  if (!server.superuser && !server.replication) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("role ", Quoted(server.role),
+                     " has neither the REPLICATION attribute nor SUPERUSER, so it cannot open a "
+                     "replication connection: run ALTER ROLE ",
+                     Quoted(server.role), " WITH REPLICATION"));
+  }
+  return absl::OkStatus();
+}
+
+// Checks an existing slot row; fills the report's slot fields when it is usable.
+absl::Status CheckSlot(const PGresult* r, const StreamConfig& config, const ServerState& server,
+                       PreflightReport* report) {
+  const std::string slot = Quoted(config.slot_name);
+  const std::string drop =
+      absl::StrCat("SELECT pg_drop_replication_slot(", QuoteLiteral(config.slot_name), ")");
+  const std::string type = Text(r, 0, 0);
+  const std::string database = Text(r, 0, 1);
+  const std::string plugin = Text(r, 0, 2);
+  const std::optional<std::string> active_pid = Value(r, 0, 5);
+  if (type != "logical") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("replication slot ", slot, " is a ", type,
+                     " slot but walfeed needs a logical pgoutput slot: set slot_name to "
+                     "an unused name (walfeed can create it)"));
+  }
+  if (database != server.database) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("replication slot ", slot, " belongs to database ", Quoted(database),
+                     " but conninfo connects to ", Quoted(server.database),
+                     "; a logical slot can only be read from its own database: fix the dbname in "
+                     "conninfo or set slot_name to an unused name"));
+  }
+  if (plugin != "pgoutput") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replication slot ", slot, " uses output plugin \"", plugin,
+        "\" but walfeed needs \"pgoutput\": set slot_name to an unused name so walfeed "
+        "creates a new slot, or drop this slot if nothing else reads it (",
+        drop, ")"));
+  }
+  if (Bool(r, 0, 3)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replication slot ", slot, " is temporary (owned by process ", active_pid.value_or("?"),
+        "; it vanishes when that session ends, and with it the stream position): set "
+        "slot_name to an unused name so walfeed creates a permanent slot"));
+  }
+  if (Bool(r, 0, 4)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replication slot ", slot,
+        " was created with two-phase decoding (two_phase = true), which walfeed does "
+        "not support: set slot_name to an unused name so walfeed creates a new slot, or "
+        "drop this slot if nothing else reads it (",
+        drop, ")"));
+  }
+  const Lsn confirmed = LsnValue(r, 0, 6);
+  const std::string wal_status = Text(r, 0, 8);
+  if (wal_status == "lost") {
+    return absl::DataLossError(absl::StrCat(
+        "replication slot ", slot,
+        " has been invalidated (wal_status = lost): the server removed WAL the slot "
+        "still needed (see max_slot_wal_keep_size), so the changes committed since its "
+        "confirmed_flush_lsn ",
+        confirmed.ToString(), " are gone and the slot cannot be read. Drop the slot (", drop,
+        "), let walfeed recreate it, and re-snapshot the published tables"));
+  }
+  if (active_pid.has_value() && *active_pid != server.backend_pid) {
+    return absl::UnavailableError(
+        absl::StrCat("replication slot ", slot, " is in use by process ", *active_pid,
+                     "; a slot serves one consumer at a time: stop the other consumer (or run "
+                     "SELECT pg_terminate_backend(",
+                     *active_pid, ")); walfeed retries until the slot is free"));
+  }
+  report->slot_exists = true;
+  report->confirmed_flush_lsn = confirmed;
+  report->restart_lsn = LsnValue(r, 0, 7);
+  report->wal_status = wal_status;
+  return absl::OkStatus();
+}
+
+// Adds the leaf tables in `r` (rows of the identity columns) that have no
+// usable replica identity to `unusable`, with the reason.
+void CollectMissingIdentity(const PGresult* r,
+                            std::set<std::pair<TableName, std::string>>* unusable) {
+  for (int row = 0; row < PQntuples(r); ++row) {
+    const std::string identity = Text(r, row, 2);
+    const bool has_primary_key = Bool(r, row, 3);
+    const bool has_identity_index = Bool(r, row, 4);
+    std::string reason;
+    if (identity == "n") {
+      reason = "REPLICA IDENTITY NOTHING";
+    } else if (identity == "d" && !has_primary_key) {
+      reason = "REPLICA IDENTITY DEFAULT but no primary key";
+    } else if (identity == "i" && !has_identity_index) {
+      reason = "REPLICA IDENTITY USING INDEX but that index no longer exists";
+    } else {
+      continue;
+    }
+    unusable->emplace(TableName{Text(r, row, 0), Text(r, row, 1)}, std::move(reason));
+  }
+}
+
+std::string MissingIdentityWarning(const TableName& table, absl::string_view reason) {
+  return absl::StrCat(
+      "table ", table.Quoted(), " has no usable replica identity (", reason,
+      "): while it is in a publication that publishes updates or deletes, every UPDATE "
+      "and DELETE on it fails on the primary (\"does not have a replica identity and "
+      "publishes updates\"); add a primary key or run ALTER TABLE ",
+      table.Quoted(), " REPLICA IDENTITY FULL");
+}
+
+// pgoutput (PostgreSQL 15) errors on a change that precedes a publication it
+// was asked for, so a slot created before its publications may not progress.
+std::string SlotOlderThanPublicationsWarning(absl::string_view slot_name,
+                                             const std::vector<std::string>& publications) {
+  return absl::StrCat(
+      "replication slot ", Quoted(slot_name), " existed before publication(s) ",
+      QuotedList(publications),
+      ": PostgreSQL 15 cannot decode changes the slot holds from before a publication "
+      "existed (error: publication ... does not exist); if streaming fails that way, drop "
+      "and recreate the slot and re-snapshot");
+}
+
+std::vector<TableName> ConfigTables(const StreamConfig& config) {
+  std::vector<TableName> tables;
+  for (const std::string& entry : config.tables) {
+    absl::StatusOr<TableName> table = ParseTableName(entry);
+    if (table.ok()) tables.push_back(*std::move(table));
+  }
+  return tables;
+}
+
+// Checks the configured tables exist and are tables, before a publication is
+// created FOR TABLE them, and collects their replica identity problems.
+absl::Status CheckTablesToPublish(PGconn* conn, const StreamConfig& config,
+                                  std::set<std::pair<TableName, std::string>>* unusable) {
+  const std::vector<TableName> tables = ConfigTables(config);
+  if (tables.empty()) {
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr all, Exec(conn, kAllTablesIdentityQuery));
+    CollectMissingIdentity(all.get(), unusable);
+    return absl::OkStatus();
+  }
+  for (const TableName& table : tables) {
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr kind,
+                             Exec(conn, kTableKindQuery, {table.schema, table.table}));
+    if (PQntuples(kind.get()) == 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "table ", table.Quoted(), " (listed in tables) does not exist, so publication(s) ",
+          "cannot be created FOR TABLE it: create the table or fix the entry (names are "
+          "case-sensitive)"));
+    }
+    const std::string relkind = Text(kind.get(), 0, 0);
+    if (relkind != "r" && relkind != "p") {
+      return absl::FailedPreconditionError(
+          absl::StrCat(table.Quoted(), " (listed in tables) is not a table (relkind '", relkind,
+                       "'); only tables can be published: remove it from tables"));
+    }
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr leaves,
+                             Exec(conn, kTableIdentityQuery, {table.schema, table.table}));
+    CollectMissingIdentity(leaves.get(), unusable);
+  }
+  return absl::OkStatus();
+}
+
+// The checks behind Preflight() on an open SQL connection. `check_capacity`
+// says whether to check that a slot and a WAL sender are free; Provision()
+// skips that after creating the slot, when its own walsender may still be
+// exiting.
+absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config,
+                                        bool check_capacity) {
+  WALFEED_ASSIGN_OR_RETURN(const ServerState server, ReadServerState(conn));
+  WALFEED_RETURN_IF_ERROR(CheckServer(server));
+  PreflightReport report;
+  report.server_version_num = server.version_num;
+  report.server_version = server.version;
+
+  WALFEED_ASSIGN_OR_RETURN(PgResultPtr slot, Exec(conn, kSlotQuery, {config.slot_name}));
+  if (PQntuples(slot.get()) == 1) {
+    WALFEED_RETURN_IF_ERROR(CheckSlot(slot.get(), config, server, &report));
+  }
+
+  std::set<std::pair<TableName, std::string>> unusable;
+  std::set<TableName> published;
+  for (const std::string& publication : config.publication_names) {
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr exists, Exec(conn, kPublicationQuery, {publication}));
+    if (PQntuples(exists.get()) == 0) {
+      report.missing_publications.push_back(publication);
+      continue;
+    }
+    report.existing_publications.push_back(publication);
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr tables, Exec(conn, kPublishedTablesQuery, {publication}));
+    for (int row = 0; row < PQntuples(tables.get()); ++row) {
+      published.insert(TableName{Text(tables.get(), row, 0), Text(tables.get(), row, 1)});
+    }
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr identity,
+                             Exec(conn, kPublishedIdentityQuery, {publication}));
+    CollectMissingIdentity(identity.get(), &unusable);
+  }
+
+  if (!report.missing_publications.empty()) {
+    if (!config.create_missing) {
+      std::vector<std::string> commands;
+      for (const std::string& publication : report.missing_publications) {
+        commands.push_back(CreatePublicationSql(config, publication));
+      }
+      return absl::NotFoundError(absl::StrCat(
+          report.missing_publications.size() == 1 ? "publication " : "publications ",
+          QuotedList(report.missing_publications), " not found in database ",
+          Quoted(server.database), " and create_missing is false: create ",
+          report.missing_publications.size() == 1 ? "it" : "them", " (before the slot) with: ",
+          absl::StrJoin(commands, "; "), "; or set create_missing to true"));
+    }
+    WALFEED_RETURN_IF_ERROR(CheckTablesToPublish(conn, config, &unusable));
+    if (report.slot_exists) {
+      report.warnings.push_back(
+          SlotOlderThanPublicationsWarning(config.slot_name, report.missing_publications));
+    }
+  }
+
+  if (!report.slot_exists && !config.create_missing) {
+    return absl::NotFoundError(
+        absl::StrCat("replication slot ", Quoted(config.slot_name), " not found in database ",
+                     Quoted(server.database),
+                     " and create_missing is false: create it (after the publications) with: ",
+                     CreateSlotSql(config.slot_name), "; or set create_missing to true"));
+  }
+
+  if (check_capacity) {
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr capacity, Exec(conn, kCapacityQuery));
+    const int64_t slots = Int(capacity.get(), 0, 0);
+    const int64_t senders = Int(capacity.get(), 0, 1);
+    if (!report.slot_exists && slots >= server.max_replication_slots) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot create replication slot ", Quoted(config.slot_name), ": ", slots,
+          " slots exist and max_replication_slots = ", server.max_replication_slots,
+          ": drop an unused slot (see pg_replication_slots) or raise max_replication_slots "
+          "in postgresql.conf and restart PostgreSQL"));
+    }
+    if (senders >= server.max_wal_senders) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "all WAL senders are in use (", senders,
+          " replication connections, max_wal_senders = ", server.max_wal_senders,
+          ") and streaming needs one: close an unused replication connection (see "
+          "pg_stat_replication) or raise max_wal_senders in postgresql.conf and restart "
+          "PostgreSQL"));
+    }
+  }
+
+  // Tables the config asks for that no existing publication covers: walfeed does
+  // not alter publications, so say what would.
+  if (report.missing_publications.empty()) {
+    for (const TableName& table : ConfigTables(config)) {
+      if (published.count(table) != 0) continue;
+      report.warnings.push_back(absl::StrCat(
+          "table ", table.Quoted(), " is listed in tables but not published by ",
+          QuotedList(report.existing_publications),
+          "; walfeed never alters an existing publication: to stream it run ALTER PUBLICATION ",
+          Quoted(report.existing_publications.front()), " ADD TABLE ", table.Quoted(),
+          " (and backfill it)"));
+    }
+  }
+  for (const auto& [table, reason] : unusable) {
+    report.warnings.push_back(MissingIdentityWarning(table, reason));
+  }
+  return report;
+}
+
+// Creates the slot on a replication connection; returns its consistent_point.
+absl::StatusOr<Lsn> CreateSlot(const StreamConfig& config) {
+  WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kReplication));
+  // Never TEMPORARY (a reconnect would lose the position) and never TWO_PHASE
+  // (permanent, and walfeed does not decode prepared transactions).
+  WALFEED_ASSIGN_OR_RETURN(
+      PgResultPtr result,
+      ExecSimple(conn.get(), absl::StrCat("CREATE_REPLICATION_SLOT ", Quoted(config.slot_name),
+                                          " LOGICAL pgoutput (SNAPSHOT 'nothing')")));
+  std::optional<std::string> point = Value(result.get(), 0, 1);
+  if (PQntuples(result.get()) != 1 || !point.has_value()) {
+    return absl::InternalError(absl::StrCat(
+        "CREATE_REPLICATION_SLOT for ", Quoted(config.slot_name), " returned no consistent_point"));
+  }
+  return Lsn::Parse(*point);
+}
+
+}  // namespace
+
+std::string CreatePublicationSql(const StreamConfig& config, absl::string_view publication) {
+  const std::vector<TableName> tables = ConfigTables(config);
+  if (tables.empty()) {
+    return absl::StrCat("CREATE PUBLICATION ", Quoted(publication), " FOR ALL TABLES");
+  }
+  return absl::StrCat("CREATE PUBLICATION ", Quoted(publication), " FOR TABLE ",
+                      absl::StrJoin(tables, ", ", [](std::string* out, const TableName& t) {
+                        out->append(t.Quoted());
+                      }));
+}
+
+std::string CreateSlotSql(absl::string_view slot_name) {
+  return absl::StrCat("SELECT pg_create_logical_replication_slot(", QuoteLiteral(slot_name),
+                      ", 'pgoutput')");
+}
+
+absl::StatusOr<PreflightReport> Preflight(const StreamConfig& config) {
+  WALFEED_RETURN_IF_ERROR(config.Validate());
+  WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kSql));
+  return Inspect(conn.get(), config, /*check_capacity=*/true);
+}
+
+absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config) {
+  return provisioning_internal::Provision(config, provisioning_internal::Hooks{});
+}
+
+namespace provisioning_internal {
+
+absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hooks& hooks) {
+  WALFEED_RETURN_IF_ERROR(config.Validate());
+  WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kSql));
+  WALFEED_ASSIGN_OR_RETURN(PreflightReport before,
+                           Inspect(conn.get(), config, /*check_capacity=*/true));
+  ProvisionResult result;
+  if (!config.create_missing || (before.slot_exists && before.publications_exist())) {
+    // Nothing to create (without create_missing, Inspect() has made sure of that).
+    result.report = std::move(before);
+    return result;
+  }
+
+  // Publications first: the slot must not hold changes older than them.
+  if (!before.missing_publications.empty() && hooks.before_create_publications) {
+    hooks.before_create_publications();
+  }
+  for (const std::string& publication : before.missing_publications) {
+    absl::StatusOr<PgResultPtr> created =
+        Exec(conn.get(), CreatePublicationSql(config, publication));
+    if (created.ok()) {
+      result.created_publication = true;
+    } else if (const std::string state = SqlStateOf(created.status());
+               state != kDuplicateObject && state != kUniqueViolation) {
+      return created.status();
+    }
+    // Otherwise someone else created it meanwhile; it is used as it is.
+  }
+
+  if (!before.slot_exists) {
+    if (hooks.before_create_slot) hooks.before_create_slot();
+    absl::StatusOr<Lsn> point = CreateSlot(config);
+    if (point.ok()) {
+      result.created_slot = true;
+      result.consistent_point = *point;
+    } else if (SqlStateOf(point.status()) != kDuplicateObject) {
+      return point.status();
+    }
+    // duplicate_object: created concurrently; the checks below judge that slot
+    // (plugin, temporary, two-phase, in use) exactly as preflight would.
+  }
+
+  WALFEED_ASSIGN_OR_RETURN(result.report, Inspect(conn.get(), config, /*check_capacity=*/false));
+  if (before.slot_exists && result.created_publication) {
+    result.report.warnings.push_back(
+        SlotOlderThanPublicationsWarning(config.slot_name, before.missing_publications));
+  }
+  return result;
+}
+
+}  // namespace provisioning_internal
+
+}  // namespace walfeed::replication::pg
