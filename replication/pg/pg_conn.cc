@@ -3,6 +3,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace walfeed::replication::pg {
 namespace {
@@ -75,6 +76,14 @@ absl::Status StatusFromConnection(const PGconn* conn, absl::string_view what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", error));
 }
 
+namespace {
+void LogNotice(void*, const char* message) {
+  std::string text(message);
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  spdlog::info("postgres: {}", text);
+}
+}  // namespace
+
 absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind) {
   // libpq processes these in order and a repeated keyword takes the last value, so:
   // our default application_name first (a conninfo that sets one overrides it), then
@@ -93,6 +102,9 @@ absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kin
   if (PQstatus(conn.get()) != CONNECTION_OK) {
     return StatusFromConnection(conn.get(), "connecting to PostgreSQL");
   }
+  // libpq prints server notices (e.g. "forwarding to X" when a start position is
+  // below the slot's) on stderr; route them through the log instead.
+  PQsetNoticeProcessor(conn.get(), &LogNotice, nullptr);
   return conn;
 }
 

@@ -59,6 +59,11 @@ class ReplicationConnection {
   // The server's wal_sender_timeout; zero when disabled.
   absl::Duration wal_sender_timeout() const { return wal_sender_timeout_; }
 
+  // The underlying connection, for simple SQL and replication commands
+  // (IDENTIFY_SYSTEM, reading pg_replication_slots) before Start(). Never use it
+  // once streaming.
+  PGconn* pg() { return conn_.get(); }
+
   // Runs START_REPLICATION and switches to non-blocking CopyBoth.
   absl::Status Start(const StartOptions& options);
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "replication/copy_data.h"
+#include "replication/pg/slot_guard.h"
 #include "replication/pgoutput.h"
 #include "replication/retry.h"
 #include "replication/status_macros.h"
@@ -114,11 +115,19 @@ absl::Status StreamReader::RunSession(Lsn start) {
   last_session_streamed_ = false;
   WALFEED_ASSIGN_OR_RETURN(std::unique_ptr<ReplicationConnection> conn,
                            ReplicationConnection::Connect(options_.conninfo));
+  SlotCheck check{options_.stream_name, options_.slot_name, options_.excluded_schema, 0, {}};
+  if (options_.expected_slot) {
+    WALFEED_ASSIGN_OR_RETURN(check.system_identifier, ReadSystemIdentifier(conn->pg()));
+    WALFEED_ASSIGN_OR_RETURN(check.slot, ReadSlot(conn->pg(), options_.slot_name));
+    WALFEED_RETURN_IF_ERROR(CheckResume(check, *options_.expected_slot, start));
+  }
   StartOptions start_options;
   start_options.slot_name = options_.slot_name;
   start_options.start_lsn = start;
   start_options.publication_names = options_.publication_names;
-  WALFEED_RETURN_IF_ERROR(conn->Start(start_options));
+  if (absl::Status started = conn->Start(start_options); !started.ok()) {
+    return ExplainStartFailure(started, check, start);
+  }
   assembler_.Reset(start);
   skipping_ = false;
 
@@ -225,6 +234,11 @@ absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
     }
     WALFEED_RETURN_IF_ERROR(tracker_->OnEvent(event->id));
     ++open_->delivered;
+    if (event->id <= options_.deliver_after) {
+      absl::MutexLock lock(&stats_mu_);
+      ++stats_.below_checkpoint;
+      return absl::OkStatus();
+    }
     sink_->OnEvent(std::move(*event));
     absl::MutexLock lock(&stats_mu_);
     ++stats_.events;

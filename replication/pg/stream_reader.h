@@ -41,6 +41,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "replication/ack_tracker.h"
+#include "replication/pg/checkpoint_store.h"
 #include "replication/pg/replication_connection.h"
 #include "replication/transaction_assembler.h"
 
@@ -54,6 +55,8 @@ class StreamSink {
   // (status updates continue) until StreamReader::Wake().
   virtual bool HasRoom() = 0;
   virtual void OnEvent(ChangeEvent event) = 0;
+  // Every transaction's Commit, even one whose events were all at or below
+  // ReaderOptions::deliver_after (and so never passed to OnEvent).
   virtual void OnCommit(const TransactionCommitted& commit) = 0;
   // The connection is streaming from `start` / was lost with `why` (transient).
   virtual void OnConnected(Lsn start) { (void)start; }
@@ -80,6 +83,15 @@ struct ReaderOptions {
   // idle stream write forever, once a second. Advances are therefore stored (and
   // then confirmed) at most this often.
   absl::Duration min_persist_interval = absl::Seconds(10);
+  // The slot walfeed bound (PlanStart's identity). When set, every session first
+  // checks that the slot still exists, is not invalidated, is the same slot and is
+  // not ahead of the stored position (slot_guard.h), and a failed check ends Run()
+  // with DataLoss instead of streaming from a slot that skipped changes.
+  std::optional<SlotIdentity> expected_slot;
+  // Every stored consumer has acked at least this far: events at or below it are
+  // fed to the AckTracker but never handed to the sink (PostgreSQL re-sends them
+  // after a restart from a confirmed commit LSN, or after its own slot regressed).
+  EventId deliver_after;
   absl::Duration backoff_base = absl::Milliseconds(100);
   absl::Duration backoff_cap = absl::Seconds(30);
   uint64_t backoff_seed = 1;
@@ -95,6 +107,7 @@ class StreamReader {
     uint64_t status_updates = 0;
     uint64_t reconnects = 0;
     uint64_t redelivered_dropped = 0;  // Events re-sent after a reconnect, dropped.
+    uint64_t below_checkpoint = 0;     // Events at or below deliver_after, dropped.
     uint64_t non_transactional_messages = 0;
     Lsn confirmed_sent;   // Last flush position sent to PostgreSQL.
     Lsn server_wal_end;   // Largest keepalive walEnd / commit end seen.

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/pg_cluster.h"
+#include "tests/testing/reader_harness.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/wait.h"
 
@@ -20,85 +21,9 @@ using ::walfeed::testing::PgCluster;
 
 constexpr absl::Duration kDeadline = absl::Seconds(30);
 
-class CollectingSink : public StreamSink {
- public:
-  bool HasRoom() override {
-    absl::MutexLock lock(&mu_);
-    return room_;
-  }
-  void OnEvent(ChangeEvent event) override {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(std::move(event));
-  }
-  void OnCommit(const TransactionCommitted& commit) override {
-    absl::MutexLock lock(&mu_);
-    commits_.push_back(commit);
-  }
-  void SetRoom(bool room) {
-    absl::MutexLock lock(&mu_);
-    room_ = room;
-  }
-  // Waits until `n` commits arrived; false on deadline.
-  bool WaitForCommits(size_t n) {
-    absl::MutexLock lock(&mu_);
-    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return commits_.size() >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&enough), kDeadline);
-  }
-  std::vector<ChangeEvent> events() {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
-  std::vector<TransactionCommitted> commits() {
-    absl::MutexLock lock(&mu_);
-    return commits_;
-  }
-
- private:
-  absl::Mutex mu_;
-  bool room_ ABSL_GUARDED_BY(mu_) = true;
-  std::vector<ChangeEvent> events_ ABSL_GUARDED_BY(mu_);
-  std::vector<TransactionCommitted> commits_ ABSL_GUARDED_BY(mu_);
-};
-
-class MemoryConfirmedStore : public ConfirmedLsnStore {
- public:
-  absl::Status PersistConfirmed(Lsn lsn) override {
-    absl::MutexLock lock(&mu_);
-    stored_ = lsn;
-    return absl::OkStatus();
-  }
-  Lsn stored() {
-    absl::MutexLock lock(&mu_);
-    return stored_;
-  }
-
- private:
-  absl::Mutex mu_;
-  Lsn stored_ ABSL_GUARDED_BY(mu_);
-};
-
-// One reader on its own thread.
-class RunningReader {
- public:
-  RunningReader(ReaderOptions options, AckTracker* tracker, StreamSink* sink,
-                ConfirmedLsnStore* store, Lsn start)
-      : reader_(std::move(options), tracker, sink, store),
-        thread_([this, start] { result_ = reader_.Run(start); }) {}
-  ~RunningReader() { (void)Stop(); }
-  absl::Status Stop() {
-    if (thread_.joinable()) {
-      reader_.Stop();
-      thread_.join();
-    }
-    return result_;
-  }
-  StreamReader& reader() { return reader_; }
-
- private:
-  StreamReader reader_;
-  absl::Status result_;
-  std::thread thread_;
-};
+using ::walfeed::testing::CollectingSink;
+using ::walfeed::testing::MemoryConfirmedStore;
+using ::walfeed::testing::RunningReader;
 
 class StreamReaderTest : public ::testing::Test {
  protected:

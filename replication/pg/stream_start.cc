@@ -1,0 +1,56 @@
+#include "replication/pg/stream_start.h"
+
+#include "replication/pg/pg_conn.h"
+#include "replication/status_macros.h"
+
+namespace walfeed::replication::pg {
+namespace {
+
+// The slot and the cluster it is in, read over a short-lived replication
+// connection (IDENTIFY_SYSTEM needs one), closed again so it holds no walsender.
+absl::StatusOr<SlotCheck> ReadSlotCheck(const StreamConfig& config,
+                                        absl::string_view checkpoint_schema) {
+  WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kReplication));
+  SlotCheck check{config.name, config.slot_name, std::string(checkpoint_schema), 0, {}};
+  WALFEED_ASSIGN_OR_RETURN(check.system_identifier, ReadSystemIdentifier(conn.get()));
+  WALFEED_ASSIGN_OR_RETURN(check.slot, ReadSlot(conn.get(), config.slot_name));
+  return check;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
+                                             GroupCommitter* committer,
+                                             absl::string_view checkpoint_schema) {
+  WALFEED_RETURN_IF_ERROR(config.Validate());
+  WALFEED_ASSIGN_OR_RETURN(StreamCheckpoint stored, committer->Load(config.name));
+  WALFEED_ASSIGN_OR_RETURN(SlotCheck before, ReadSlotCheck(config, checkpoint_schema));
+  if (!before.slot && (stored.slot_bound() || stored.confirmed_lsn.valid())) {
+    // Fails with the dropped-slot error; Provision must not run first.
+    WALFEED_RETURN_IF_ERROR(PlanStart(before, stored).status());
+  }
+  PreparedStream prepared;
+  WALFEED_ASSIGN_OR_RETURN(prepared.provisioned, Provision(config));
+  WALFEED_ASSIGN_OR_RETURN(SlotCheck after, ReadSlotCheck(config, checkpoint_schema));
+  WALFEED_ASSIGN_OR_RETURN(prepared.plan, PlanStart(after, stored));
+  if (prepared.plan.bind) {
+    WALFEED_RETURN_IF_ERROR(committer->BindSlot(config.name, config.slot_name,
+                                                prepared.plan.identity, prepared.plan.start));
+  }
+  return prepared;
+}
+
+ReaderOptions ReaderOptionsFor(const StreamConfig& config, const PreparedStream& prepared,
+                               absl::string_view checkpoint_schema) {
+  ReaderOptions options;
+  options.stream_name = config.name;
+  options.conninfo = config.conninfo;
+  options.slot_name = config.slot_name;
+  options.publication_names = config.publication_names;
+  options.excluded_schema = std::string(checkpoint_schema);
+  options.expected_slot = prepared.plan.identity;
+  options.deliver_after = prepared.plan.deliver_after;
+  return options;
+}
+
+}  // namespace walfeed::replication::pg

@@ -1,0 +1,64 @@
+// PrepareStream: everything between "a stream is configured" and "its reader may
+// run START_REPLICATION", in the order that keeps it fail-closed:
+//
+//   Load the stored checkpoint
+//   read the slot ──► missing while a position is stored? ──► DataLoss (never
+//                     provision: creating a slot now would hide the loss)
+//   Provision (preflight; create missing publications, then the slot, if allowed)
+//   read the slot again ──► PlanStart (slot_guard.h) ──► BindSlot when unbound
+//
+// The result says where to start, which slot identity the reader must keep
+// seeing, the consumers' stored checkpoints (to register with the AckTracker) and
+// the floor below which events are not delivered again.
+#ifndef WALFEED_REPLICATION_PG_STREAM_START_H_
+#define WALFEED_REPLICATION_PG_STREAM_START_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "replication/pg/checkpoint_store.h"
+#include "replication/pg/provisioning.h"
+#include "replication/pg/slot_guard.h"
+#include "replication/pg/stream_config.h"
+#include "replication/pg/stream_reader.h"
+
+namespace walfeed::replication::pg {
+
+struct PreparedStream {
+  StartPlan plan;
+  ProvisionResult provisioned;  // What was created, and the preflight warnings.
+};
+
+// Prepares `config`'s stream against the server and the checkpoint store behind
+// `committer`, whose tables live in `checkpoint_schema`. Errors: Provision()'s and
+// PlanStart()'s (DataLoss for a lost, dropped, recreated or advanced slot, each
+// naming the recovery).
+absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
+                                             GroupCommitter* committer,
+                                             absl::string_view checkpoint_schema);
+
+// ReaderOptions for a prepared stream: connection, slot, publications, the slot
+// identity to re-check on every reconnect and the delivery floor.
+ReaderOptions ReaderOptionsFor(const StreamConfig& config, const PreparedStream& prepared,
+                               absl::string_view checkpoint_schema);
+
+// The reader's ConfirmedLsnStore backed by the group committer: the stream's
+// confirmed position is stored (riding along with acks) before it is confirmed.
+class CommittedConfirmedStore : public ConfirmedLsnStore {
+ public:
+  // `committer` must outlive this.
+  CommittedConfirmedStore(GroupCommitter* committer, std::string stream)
+      : committer_(committer), stream_(std::move(stream)) {}
+  absl::Status PersistConfirmed(Lsn lsn) override {
+    return committer_->SetConfirmed(stream_, lsn);
+  }
+
+ private:
+  GroupCommitter* const committer_;
+  const std::string stream_;
+};
+
+}  // namespace walfeed::replication::pg
+
+#endif  // WALFEED_REPLICATION_PG_STREAM_START_H_

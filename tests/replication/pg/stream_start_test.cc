@@ -1,0 +1,259 @@
+// PrepareStream and the reader's per-session slot check against a real
+// PostgreSQL 15: a new stream is provisioned and bound; a bound stream resumes from
+// its stored position with its consumers' checkpoints; a slot that was dropped,
+// recreated, advanced or invalidated behind walfeed's back is a definite DataLoss
+// naming the recovery, at start-up and while streaming, never a retry loop and
+// never a silently recreated slot. Waits are on conditions with deadlines.
+#include "replication/pg/stream_start.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/pg_cluster.h"
+#include "tests/testing/reader_harness.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/wait.h"
+
+namespace walfeed::replication::pg {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::walfeed::testing::CollectingSink;
+using ::walfeed::testing::IsOk;
+using ::walfeed::testing::PgCluster;
+using ::walfeed::testing::RunningReader;
+using ::walfeed::testing::StatusIs;
+using ::walfeed::testing::WaitUntil;
+
+constexpr absl::Duration kDeadline = absl::Seconds(60);
+constexpr char kSchema[] = "walfeed";
+
+class StreamStartTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartCluster({}); }
+
+  void StartCluster(std::map<std::string, std::string> settings) {
+    PgCluster::Options options;
+    options.settings = std::move(settings);
+    options.settings["wal_sender_timeout"] = "'5s'";
+    WALFEED_START_PG_OR_SKIP(pg_, options);
+    ASSERT_THAT(pg_->Exec("CREATE TABLE t (id int PRIMARY KEY, v text);"
+                          "CREATE TABLE quiet (id serial PRIMARY KEY, v text)"),
+                IsOk());
+    absl::StatusOr<std::unique_ptr<PgCheckpointStore>> store =
+        PgCheckpointStore::Open({pg_->ConnInfo(), kSchema});
+    ASSERT_THAT(store, IsOk());
+    store_ = std::move(*store);
+    committer_ = std::make_unique<GroupCommitter>(store_.get());
+  }
+
+  StreamConfig Config() {
+    StreamConfig config;
+    config.name = "orders";
+    config.conninfo = pg_->ConnInfo();
+    config.slot_name = "s";
+    config.publication_names = {"pub"};
+    config.tables = {"public.t"};
+    config.create_missing = true;
+    return config;
+  }
+
+  absl::StatusOr<PreparedStream> Prepare() {
+    return PrepareStream(Config(), committer_.get(), kSchema);
+  }
+
+  ReaderOptions Options(const PreparedStream& prepared) {
+    ReaderOptions options = ReaderOptionsFor(Config(), prepared, kSchema);
+    options.max_feedback_interval = absl::Milliseconds(200);
+    options.min_persist_interval = absl::ZeroDuration();
+    return options;
+  }
+
+  std::string SlotColumn(const std::string& column) {
+    return pg_->QueryValue("SELECT " + column +
+                           " FROM pg_replication_slots WHERE slot_name = 's'")
+        .value_or("<error>");
+  }
+  int SlotCount() {
+    return std::stoi(
+        pg_->QueryValue("SELECT count(*) FROM pg_replication_slots").value_or("-1"));
+  }
+
+  std::unique_ptr<PgCluster> pg_;
+  std::unique_ptr<PgCheckpointStore> store_;
+  std::unique_ptr<GroupCommitter> committer_;
+};
+
+TEST_F(StreamStartTest, NewStreamIsProvisionedAndBoundAtTheSlotsPosition) {
+  absl::StatusOr<PreparedStream> prepared = Prepare();
+  ASSERT_THAT(prepared, IsOk());
+  EXPECT_TRUE(prepared->provisioned.created_slot);
+  EXPECT_TRUE(prepared->plan.bind);
+  EXPECT_EQ(prepared->plan.start.ToString(), SlotColumn("confirmed_flush_lsn"));
+  EXPECT_EQ(prepared->plan.identity.plugin, "pgoutput");
+  EXPECT_EQ(std::to_string(prepared->plan.identity.system_identifier),
+            *pg_->QueryValue("SELECT system_identifier FROM pg_control_system()"));
+  absl::StatusOr<StreamCheckpoint> stored = committer_->Load("orders");
+  ASSERT_THAT(stored, IsOk());
+  EXPECT_EQ(stored->slot_name, "s");
+  EXPECT_EQ(stored->slot_identity, prepared->plan.identity);
+  EXPECT_EQ(stored->confirmed_lsn, prepared->plan.start);
+
+  // Preparing again binds nothing new and starts from the stored position.
+  absl::StatusOr<PreparedStream> again = Prepare();
+  ASSERT_THAT(again, IsOk());
+  EXPECT_FALSE(again->plan.bind);
+  EXPECT_FALSE(again->provisioned.created_slot);
+  EXPECT_EQ(again->plan.start, prepared->plan.start);
+}
+
+// The whole path: stream, ack durably, stop, prepare again. The restart starts
+// from the stored position, knows the consumer's checkpoint, and the reader never
+// hands the sink an event at or below it.
+TEST_F(StreamStartTest, RestartResumesFromStoredPositionAndDropsAckedEvents) {
+  Lsn t2_commit;
+  {
+    absl::StatusOr<PreparedStream> prepared = Prepare();
+    ASSERT_THAT(prepared, IsOk());
+    AckTracker tracker(prepared->plan.start);
+    ASSERT_THAT(tracker.AddConsumer("c", EventId{}), IsOk());
+    CollectingSink sink;
+    CommittedConfirmedStore confirmed(committer_.get(), "orders");
+    RunningReader reader(Options(*prepared), &tracker, &sink, &confirmed,
+                         prepared->plan.start);
+    ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (1, 'a')"), IsOk());
+    ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (2, 'b'), (3, 'c')"), IsOk());
+    ASSERT_TRUE(sink.WaitForCommits(2));
+    t2_commit = sink.commits()[1].commit_lsn;
+    const EventId ack{t2_commit, 0};
+    ASSERT_THAT(committer_->AckDurably("orders", "c", ack), IsOk());
+    ASSERT_THAT(tracker.Ack("c", ack), IsOk());
+    ASSERT_TRUE(WaitUntil(
+        [&] { return SlotColumn("confirmed_flush_lsn") == t2_commit.ToString(); }, kDeadline));
+    EXPECT_THAT(reader.Stop(), IsOk());
+  }
+  absl::StatusOr<PreparedStream> prepared = Prepare();
+  ASSERT_THAT(prepared, IsOk());
+  EXPECT_EQ(prepared->plan.start, t2_commit);  // Confirming C re-sends T2 (§4.2).
+  EXPECT_EQ(prepared->plan.deliver_after, (EventId{t2_commit, 0}));
+  ASSERT_EQ(prepared->plan.consumers.count("c"), 1u);
+  AckTracker tracker(prepared->plan.start);
+  ASSERT_THAT(tracker.AddConsumer("c", prepared->plan.consumers["c"]), IsOk());
+  CollectingSink sink;
+  CommittedConfirmedStore confirmed(committer_.get(), "orders");
+  RunningReader reader(Options(*prepared), &tracker, &sink, &confirmed, prepared->plan.start);
+  ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (4, 'd')"), IsOk());
+  ASSERT_TRUE(sink.WaitForCommits(2));
+  const std::vector<ChangeEvent> events = sink.events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].id, (EventId{t2_commit, 1}));  // Same id; 2:0 was acked.
+  EXPECT_EQ(events[0].new_tuple.columns[0].data, "3");
+  EXPECT_EQ(events[1].new_tuple.columns[0].data, "4");
+  EXPECT_EQ(reader.reader().stats().below_checkpoint, 1u);
+  EXPECT_THAT(reader.Stop(), IsOk());
+}
+
+TEST_F(StreamStartTest, DroppedSlotFailsClosedAndIsNotRecreated) {
+  ASSERT_THAT(Prepare(), IsOk());
+  ASSERT_THAT(pg_->Exec("SELECT pg_drop_replication_slot('s')"), IsOk());
+  EXPECT_THAT(Prepare().status(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("\"s\""), HasSubstr("no longer exists"),
+                             HasSubstr("DELETE FROM \"walfeed\".stream_checkpoints"))));
+  EXPECT_EQ(SlotCount(), 0) << "create_missing must not hide a dropped slot";
+
+  // The recovery the message names: forget the stream's position, start again.
+  ASSERT_THAT(pg_->Exec("DELETE FROM \"walfeed\".stream_checkpoints WHERE stream = 'orders'"),
+              IsOk());
+  absl::StatusOr<PreparedStream> recovered = Prepare();
+  ASSERT_THAT(recovered, IsOk());
+  EXPECT_TRUE(recovered->provisioned.created_slot);
+  EXPECT_TRUE(recovered->plan.bind);
+}
+
+TEST_F(StreamStartTest, RecreatedSlotFailsClosed) {
+  ASSERT_THAT(Prepare(), IsOk());
+  ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (1, 'missed')"), IsOk());
+  ASSERT_THAT(pg_->Exec("SELECT pg_drop_replication_slot('s')"), IsOk());
+  ASSERT_THAT(pg_->Exec("SELECT pg_create_logical_replication_slot('s', 'pgoutput')"), IsOk());
+  EXPECT_THAT(Prepare().status(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("past the position walfeed stored"),
+                             HasSubstr("recreated"))));
+}
+
+TEST_F(StreamStartTest, SlotAdvancedByAnotherClientFailsClosed) {
+  ASSERT_THAT(Prepare(), IsOk());
+  ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (1, 'skipped')"), IsOk());
+  ASSERT_THAT(pg_->Exec("SELECT pg_replication_slot_advance('s', pg_current_wal_lsn())"),
+              IsOk());
+  EXPECT_THAT(Prepare().status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("advanced")));
+}
+
+// Dropped while streaming: the reader's reconnect finds the slot gone and stops
+// with the definite error instead of retrying forever.
+TEST_F(StreamStartTest, SlotDroppedWhileStreamingStopsTheReader) {
+  absl::StatusOr<PreparedStream> prepared = Prepare();
+  ASSERT_THAT(prepared, IsOk());
+  AckTracker tracker(prepared->plan.start);
+  CollectingSink sink;
+  CommittedConfirmedStore confirmed(committer_.get(), "orders");
+  ReaderOptions options = Options(*prepared);
+  options.backoff_base = absl::Seconds(1);  // Leaves time to drop the released slot.
+  RunningReader reader(options, &tracker, &sink, &confirmed, prepared->plan.start);
+  ASSERT_TRUE(sink.WaitForConnections(1));
+  // The walsender holds the slot; end it, then drop the slot once it is released.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        (void)pg_->Exec(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+            "WHERE slot_name = 's' AND active_pid IS NOT NULL");
+        return pg_->Exec("SELECT pg_drop_replication_slot('s')").ok();
+      },
+      kDeadline));
+  ASSERT_TRUE(reader.WaitForExit());
+  EXPECT_THAT(reader.result(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("no longer exists"), HasSubstr("DELETE FROM"))));
+  EXPECT_LE(reader.reader().stats().reconnects, 2u);
+  EXPECT_EQ(SlotCount(), 0);
+}
+
+class InvalidatedSlotTest : public StreamStartTest {
+ protected:
+  void SetUp() override { StartCluster({{"max_slot_wal_keep_size", "'1MB'"}}); }
+};
+
+// A consumer that acks nothing holds the slot back; with max_slot_wal_keep_size
+// PostgreSQL invalidates it at a checkpoint and ends the walsender. The reader's
+// reconnect must end with the definite error, and so must a later start.
+TEST_F(InvalidatedSlotTest, InvalidatedSlotStopsTheReaderAndTheNextStart) {
+  absl::StatusOr<PreparedStream> prepared = Prepare();
+  ASSERT_THAT(prepared, IsOk());
+  AckTracker tracker(prepared->plan.start);
+  ASSERT_THAT(tracker.AddConsumer("lagging", EventId{}), IsOk());
+  CollectingSink sink;
+  CommittedConfirmedStore confirmed(committer_.get(), "orders");
+  RunningReader reader(Options(*prepared), &tracker, &sink, &confirmed, prepared->plan.start);
+  ASSERT_TRUE(sink.WaitForConnections(1));
+  ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (1, 'never acked')"), IsOk());
+  // Push WAL past the limit, one segment at a time, until a checkpoint invalidates.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        (void)pg_->Exec("INSERT INTO quiet (v) SELECT 'x' FROM generate_series(1, 1000)");
+        (void)pg_->Exec("SELECT pg_switch_wal()");
+        (void)pg_->Exec("CHECKPOINT");
+        return SlotColumn("wal_status") == "lost";
+      },
+      kDeadline));
+  ASSERT_TRUE(reader.WaitForExit());
+  EXPECT_THAT(reader.result(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("wal_status = lost"), HasSubstr("max_slot_wal_keep_size"),
+                             HasSubstr("DELETE FROM"))));
+  EXPECT_THAT(Prepare().status(), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+}  // namespace
+}  // namespace walfeed::replication::pg
