@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "replication/status_macros.h"
 
 namespace walfeed::replication {
 
@@ -100,13 +101,7 @@ void AckTracker::OnKeepalive(Lsn wal_end) {
   }
 }
 
-absl::Status AckTracker::Ack(absl::string_view consumer, EventId id) {
-  absl::MutexLock lock(&mu_);
-  auto it = acks_.find(consumer);
-  if (it == acks_.end()) {
-    return absl::NotFoundError(absl::StrCat("consumer \"", consumer, "\" is not tracked"));
-  }
-  if (id <= it->second) return absl::OkStatus();  // Cumulative: already covered.
+absl::Status AckTracker::CheckDeliveredLocked(EventId id) const {
   auto txn = std::lower_bound(
       transactions_.begin(), transactions_.end(), id.commit_lsn,
       [](const Transaction& t, Lsn lsn) { return t.commit_lsn < lsn; });
@@ -115,6 +110,22 @@ absl::Status AckTracker::Ack(absl::string_view consumer, EventId id) {
     return absl::OutOfRangeError(absl::StrCat(
         "event ", id.ToString(), " was never delivered on this stream"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status AckTracker::CheckDelivered(EventId id) const {
+  absl::MutexLock lock(&mu_);
+  return CheckDeliveredLocked(id);
+}
+
+absl::Status AckTracker::Ack(absl::string_view consumer, EventId id) {
+  absl::MutexLock lock(&mu_);
+  auto it = acks_.find(consumer);
+  if (it == acks_.end()) {
+    return absl::NotFoundError(absl::StrCat("consumer \"", consumer, "\" is not tracked"));
+  }
+  if (id <= it->second) return absl::OkStatus();  // Cumulative: already covered.
+  WALFEED_RETURN_IF_ERROR(CheckDeliveredLocked(id));
   it->second = id;
   return absl::OkStatus();
 }

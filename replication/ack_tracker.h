@@ -77,6 +77,11 @@ class AckTracker {
   // OutOfRange for an id that was never delivered.
   absl::Status Ack(absl::string_view consumer, EventId id) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // OK if `id` is an event delivered on this stream and not yet released (so a
+  // durable write of an ack of it can be followed by Ack() without surprise);
+  // OutOfRange otherwise. Ids at or below every consumer's ack may be released.
+  absl::Status CheckDelivered(EventId id) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // The LSN that may be sent as flush in the next standby status update.
   // Monotonic. Also releases records every consumer has fully acked.
   Lsn Confirmable() ABSL_LOCKS_EXCLUDED(mu_);
@@ -102,6 +107,7 @@ class AckTracker {
   // Whether `ack` covers all of `txn` (its last event, or it has none).
   static bool FullyAcked(const Transaction& txn, EventId ack);
   Lsn SafeFor(EventId ack) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckDeliveredLocked(EventId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   // Safe for every consumer: the start position, raised past released

@@ -292,3 +292,21 @@ TEST_F(AckTrackerTest, NeverPastTheOldestUnackedCommit) {
 
 }  // namespace
 }  // namespace walfeed::replication
+
+namespace walfeed::replication {
+namespace {
+
+TEST(AckTrackerCheckDeliveredTest, KnowsExactlyWhatWasDelivered) {
+  AckTracker tracker(Lsn(0x100));
+  const Lsn c(0x200);
+  ASSERT_TRUE(tracker.OnBegin(c).ok());
+  ASSERT_TRUE(tracker.OnEvent(EventId{c, 0}).ok());
+  ASSERT_TRUE(tracker.OnEvent(EventId{c, 1}).ok());
+  EXPECT_TRUE(tracker.CheckDelivered(EventId{c, 1}).ok());
+  EXPECT_EQ(tracker.CheckDelivered(EventId{c, 2}).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(tracker.CheckDelivered(EventId{Lsn(0x300), 0}).code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace walfeed::replication

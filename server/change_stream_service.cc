@@ -1,0 +1,298 @@
+#include "server/change_stream_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "replication/pg/slot_report.h"
+#include "spdlog/spdlog.h"
+
+namespace walfeed::server {
+namespace {
+
+constexpr uint32_t kMaxBatchBytesCap = 3u << 20;  // Under gRPC's default 4 MiB receive limit.
+
+absl::Status ValidateConsumerName(absl::string_view consumer) {
+  const bool ok = !consumer.empty() && consumer.size() <= 63 &&
+                  std::all_of(consumer.begin(), consumer.end(), [](char c) {
+                    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+                           c == '.' || c == '-';
+                  });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "consumer: \"", consumer.substr(0, 80),
+      "\" is not a valid consumer name: use 1-63 characters of A-Z a-z 0-9 _ . -"));
+}
+
+absl::StatusOr<replication::EventId> ParseId(absl::string_view field, absl::string_view text) {
+  absl::StatusOr<replication::EventId> id = replication::EventId::Parse(text);
+  if (!id.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", id.status().message()));
+  }
+  return id;
+}
+
+// A Subscribe that ends before it starts: finishes with `status` at once.
+class FailedSubscribe : public grpc::ServerWriteReactor<walfeed::v1::SubscribeResponse> {
+ public:
+  explicit FailedSubscribe(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+// One Subscribe call: pulls frames from the runtime, one write in flight.
+class SubscribeReactor : public grpc::ServerWriteReactor<walfeed::v1::SubscribeResponse>,
+                         public SessionListener {
+ public:
+  SubscribeReactor(StreamRuntime* runtime, std::shared_ptr<Session> session)
+      : runtime_(runtime), session_(std::move(session)) {
+    session_->Attach(this);
+    Pump();
+  }
+
+  void Wake() override { Pump(); }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) broken_ = true;  // The client went away; OnCancel follows.
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      broken_ = true;
+    }
+    Pump();
+  }
+
+  void OnDone() override {
+    runtime_->Close(session_);
+    delete this;
+  }
+
+ private:
+  // Sends the next frame, or finishes, unless a write is in flight.
+  void Pump() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || finished_) return;
+      if (broken_) {
+        finished_ = true;
+        finish = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      } else {
+        std::optional<absl::Status> end;
+        if (runtime_->NextFrame(*session_, &frame_, &end)) {
+          writing_ = true;
+        } else if (end) {
+          finished_ = true;
+          finish = ToGrpc(*end);
+        } else {
+          return;  // Woken when there is news.
+        }
+      }
+    }
+    // Outside the lock: gRPC may run reactions inline.
+    if (finish) {
+      Finish(*finish);
+    } else {
+      StartWrite(&frame_);
+    }
+  }
+
+  StreamRuntime* const runtime_;
+  const std::shared_ptr<Session> session_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  walfeed::v1::SubscribeResponse frame_;  // Owned by the write in flight while writing_.
+};
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+ChangeStreamService::ChangeStreamService(std::map<std::string, StreamRuntime*> streams,
+                                         const TokenAuthorizer* authorizer, WorkerPool* pool,
+                                         SubscribeDefaults defaults)
+    : streams_(std::move(streams)), authorizer_(authorizer), pool_(pool), defaults_(defaults) {}
+
+absl::Status ChangeStreamService::Authorize(grpc::CallbackServerContext* context, Right right,
+                                            absl::string_view stream) const {
+  if (authorizer_ == nullptr) return absl::OkStatus();
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  const absl::string_view header =
+      it == metadata.end() ? absl::string_view()
+                           : absl::string_view(it->second.data(), it->second.size());
+  return authorizer_->Authorize(header, right, stream);
+}
+
+absl::StatusOr<StreamRuntime*> ChangeStreamService::Find(absl::string_view stream) const {
+  auto it = streams_.find(std::string(stream));
+  if (it != streams_.end()) return it->second;
+  std::string known;
+  for (const auto& [name, runtime] : streams_) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
+  return absl::NotFoundError(absl::StrCat("stream: no stream named \"", stream.substr(0, 80),
+                                          "\" is configured on this server (streams: ", known,
+                                          ")"));
+}
+
+absl::StatusOr<SessionOptions> ChangeStreamService::OptionsFor(
+    const walfeed::v1::SubscribeRequest& request) const {
+  SessionOptions options;
+  absl::StatusOr<EventFilter> filter = EventFilter::Create(request.tables(), request.operations());
+  if (!filter.ok()) return filter.status();
+  options.filter = std::move(*filter);
+  options.max_batch_events =
+      request.max_batch_events() ? request.max_batch_events() : defaults_.max_batch_events;
+  options.max_batch_bytes = std::min(
+      request.max_batch_bytes() ? request.max_batch_bytes() : defaults_.max_batch_bytes,
+      kMaxBatchBytesCap);
+  options.max_unacked_events =
+      request.max_unacked_events() ? request.max_unacked_events() : defaults_.max_unacked_events;
+  options.max_unacked_bytes =
+      request.max_unacked_bytes() ? request.max_unacked_bytes() : defaults_.max_unacked_bytes;
+  options.progress_interval = request.progress_interval_ms()
+                                  ? absl::Milliseconds(request.progress_interval_ms())
+                                  : defaults_.progress_interval;
+  return options;
+}
+
+grpc::ServerWriteReactor<walfeed::v1::SubscribeResponse>* ChangeStreamService::Subscribe(
+    grpc::CallbackServerContext* context, const walfeed::v1::SubscribeRequest* request) {
+  absl::Status status = Authorize(context, Right::kSubscribe, request->stream());
+  if (!status.ok()) return new FailedSubscribe(ToGrpc(status));
+  absl::StatusOr<StreamRuntime*> runtime = Find(request->stream());
+  if (!runtime.ok()) return new FailedSubscribe(ToGrpc(runtime.status()));
+  if (status = ValidateConsumerName(request->consumer()); !status.ok()) {
+    return new FailedSubscribe(ToGrpc(status));
+  }
+  std::optional<replication::EventId> start_after;
+  if (!request->start_after().empty()) {
+    absl::StatusOr<replication::EventId> id = ParseId("start_after", request->start_after());
+    if (!id.ok()) return new FailedSubscribe(ToGrpc(id.status()));
+    start_after = *id;
+  }
+  absl::StatusOr<SessionOptions> options = OptionsFor(*request);
+  if (!options.ok()) return new FailedSubscribe(ToGrpc(options.status()));
+  absl::StatusOr<OpenedSession> opened =
+      (*runtime)->Open(request->consumer(), start_after, std::move(*options));
+  if (!opened.ok()) return new FailedSubscribe(ToGrpc(opened.status()));
+  return new SubscribeReactor(*runtime, std::move(opened->session));
+}
+
+grpc::ServerUnaryReactor* ChangeStreamService::Ack(grpc::CallbackServerContext* context,
+                                                   const walfeed::v1::AckRequest* request,
+                                                   walfeed::v1::AckResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = Authorize(context, Right::kSubscribe, request->stream());
+  absl::StatusOr<StreamRuntime*> runtime = Find(request->stream());
+  absl::StatusOr<replication::EventId> id = ParseId("event_id", request->event_id());
+  if (status.ok() && !runtime.ok()) status = runtime.status();
+  if (status.ok()) status = ValidateConsumerName(request->consumer());
+  if (status.ok() && !id.ok()) status = id.status();
+  if (!status.ok()) {
+    reactor->Finish(ToGrpc(status));
+    return reactor;
+  }
+  pool_->Run([reactor, request, response, runtime = *runtime, id = *id] {
+    absl::StatusOr<AckOutcome> outcome =
+        runtime->Ack(request->consumer(), request->session_id(), id);
+    if (!outcome.ok()) {
+      reactor->Finish(ToGrpc(outcome.status()));
+      return;
+    }
+    response->set_checkpoint(outcome->checkpoint.ToString());
+    response->set_confirmed_lsn(outcome->confirmed.ToString());
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
+    grpc::CallbackServerContext* context, const walfeed::v1::GetStatusRequest* request,
+    walfeed::v1::GetStatusResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::vector<StreamRuntime*> selected;
+  if (!request->stream().empty()) {
+    absl::Status status = Authorize(context, Right::kStatus, request->stream());
+    absl::StatusOr<StreamRuntime*> runtime = Find(request->stream());
+    if (status.ok() && !runtime.ok()) status = runtime.status();
+    if (!status.ok()) {
+      reactor->Finish(ToGrpc(status));
+      return reactor;
+    }
+    selected.push_back(*runtime);
+  } else {
+    absl::Status last_denial;
+    for (const auto& [name, runtime] : streams_) {
+      absl::Status status = Authorize(context, Right::kStatus, name);
+      if (status.ok()) {
+        selected.push_back(runtime);
+      } else {
+        last_denial = status;
+      }
+    }
+    if (selected.empty() && !last_denial.ok()) {
+      reactor->Finish(ToGrpc(last_denial));
+      return reactor;
+    }
+  }
+  pool_->Run([reactor, response, selected] {
+    for (StreamRuntime* runtime : selected) {
+      const RuntimeSnapshot snapshot = runtime->Snapshot();
+      walfeed::v1::StreamStatus* stream = response->add_streams();
+      stream->set_name(snapshot.name);
+      stream->set_state(snapshot.state);
+      stream->set_error(snapshot.error);
+      stream->set_stored_confirmed_lsn(snapshot.confirmed.ToString());
+      walfeed::v1::SlotInfo* slot = stream->mutable_slot();
+      slot->set_name(snapshot.slot_name);
+      Lsn server_lsn = snapshot.server_wal_end;
+      absl::StatusOr<replication::pg::SlotReport> report =
+          replication::pg::ReadSlotReport(runtime->config().conninfo, snapshot.slot_name);
+      if (report.ok()) {
+        if (report->server_wal_lsn.valid()) server_lsn = report->server_wal_lsn;
+        if (report->slot) {
+          slot->set_plugin(report->slot->plugin);
+          slot->set_active(report->slot->active);
+          slot->set_confirmed_flush_lsn(report->slot->confirmed_flush.ToString());
+          slot->set_restart_lsn(report->slot->restart_lsn.ToString());
+          slot->set_wal_status(report->slot->wal_status);
+          if (report->slot->restart_lsn.valid() && server_lsn > report->slot->restart_lsn) {
+            slot->set_retained_wal_bytes(server_lsn.value() - report->slot->restart_lsn.value());
+          }
+        } else {
+          slot->set_wal_status("missing");
+        }
+      } else if (stream->error().empty()) {
+        stream->set_error(absl::StrCat("could not read the slot: ", report.status().message()));
+      }
+      stream->set_server_wal_lsn(server_lsn.ToString());
+      for (const ConsumerSnapshot& c : snapshot.consumers) {
+        walfeed::v1::ConsumerStatus* consumer = stream->add_consumers();
+        consumer->set_name(c.name);
+        consumer->set_checkpoint(c.checkpoint == replication::EventId{} ? ""
+                                                                        : c.checkpoint.ToString());
+        consumer->set_session_id(c.session_id);
+        consumer->set_unacked_events(c.unacked_events);
+        const Lsn from = c.checkpoint.commit_lsn;
+        if (from.valid() && server_lsn > from) {
+          consumer->set_lag_bytes(server_lsn.value() - from.value());
+        }
+      }
+    }
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+}  // namespace walfeed::server

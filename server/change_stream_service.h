@@ -1,0 +1,66 @@
+// ChangeStreamService: the walfeed.v1.ChangeStream gRPC service (callback API).
+//
+// Reactor methods never block: Subscribe reactors read frames from their
+// StreamRuntime under short locks and keep one write in flight; Ack and GetStatus,
+// which wait on a durable write or on PostgreSQL, run on a WorkerPool and finish
+// the call from there. Statuses from the runtime (absl) map one to one onto gRPC
+// codes.
+#ifndef WALFEED_SERVER_CHANGE_STREAM_SERVICE_H_
+#define WALFEED_SERVER_CHANGE_STREAM_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "server/auth.h"
+#include "server/stream_runtime.h"
+#include "server/worker_pool.h"
+#include "walfeed/v1/change_stream.grpc.pb.h"
+
+namespace walfeed::server {
+
+// Server-wide defaults and caps for Subscribe options.
+struct SubscribeDefaults {
+  uint32_t max_batch_events = 256;
+  uint32_t max_batch_bytes = 1 << 20;
+  uint32_t max_unacked_events = 10000;
+  uint64_t max_unacked_bytes = 64ull << 20;
+  absl::Duration progress_interval = absl::Seconds(5);
+};
+
+// Maps an absl::Status onto the gRPC status with the same code and message.
+grpc::Status ToGrpc(const absl::Status& status);
+
+class ChangeStreamService final : public walfeed::v1::ChangeStream::CallbackService {
+ public:
+  // `streams` by name; `authorizer` may be null (no authentication configured).
+  // All pointers must outlive the service.
+  ChangeStreamService(std::map<std::string, StreamRuntime*> streams,
+                      const TokenAuthorizer* authorizer, WorkerPool* pool,
+                      SubscribeDefaults defaults);
+
+  grpc::ServerWriteReactor<walfeed::v1::SubscribeResponse>* Subscribe(
+      grpc::CallbackServerContext* context,
+      const walfeed::v1::SubscribeRequest* request) override;
+  grpc::ServerUnaryReactor* Ack(grpc::CallbackServerContext* context,
+                                const walfeed::v1::AckRequest* request,
+                                walfeed::v1::AckResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const walfeed::v1::GetStatusRequest* request,
+                                      walfeed::v1::GetStatusResponse* response) override;
+
+ private:
+  absl::Status Authorize(grpc::CallbackServerContext* context, Right right,
+                         absl::string_view stream) const;
+  absl::StatusOr<StreamRuntime*> Find(absl::string_view stream) const;
+  absl::StatusOr<SessionOptions> OptionsFor(const walfeed::v1::SubscribeRequest& request) const;
+
+  const std::map<std::string, StreamRuntime*> streams_;
+  const TokenAuthorizer* const authorizer_;
+  WorkerPool* const pool_;
+  const SubscribeDefaults defaults_;
+};
+
+}  // namespace walfeed::server
+
+#endif  // WALFEED_SERVER_CHANGE_STREAM_SERVICE_H_
