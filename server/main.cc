@@ -4,38 +4,24 @@
 //
 // Start-up order: config → credentials → gRPC server listening (health NOT_SERVING
 // per stream) → one StreamRuntime per stream, which provisions, checks its slot
-// and starts reading. Shutdown on SIGTERM/SIGINT: health NOT_SERVING, every
-// subscription ends with UNAVAILABLE, readers send a last status update and end
-// the copy cleanly, the gRPC server drains within shutdown_timeout.
-#include <csignal>
-#include <cstdio>
-#include <cstring>
-#include <iostream>
-#include <map>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <sys/signalfd.h>
+// and starts reading (server/walfeed_server.h). Shutdown on SIGTERM/SIGINT: health
+// NOT_SERVING, every subscription ends with UNAVAILABLE, readers send a last status
+// update and end the copy cleanly, the gRPC server drains within shutdown_timeout.
 #include <poll.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
-#include "absl/strings/str_cat.h"
-#include "grpc/health/v1/health.pb.h"
-#include "server/auth.h"
-#include "server/change_stream_service.h"
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <string>
+
 #include "server/config.h"
-#include "server/stream_runtime.h"
-#include "server/worker_pool.h"
+#include "server/walfeed_server.h"
 #include "spdlog/spdlog.h"
 
 namespace walfeed::server {
 namespace {
-
-constexpr char kServiceName[] = "walfeed.v1.ChangeStream";
 
 constexpr char kUsage[] = R"(walfeed-server: stream PostgreSQL changes over gRPC.
 
@@ -107,30 +93,6 @@ Flags ParseFlags(int argc, char** argv) {
   return flags;
 }
 
-// Health names: the service, and one per stream.
-class Health {
- public:
-  void Attach(grpc::HealthCheckServiceInterface* service) { service_ = service; }
-  void Set(const std::string& stream, bool serving) {
-    absl::MutexLock lock(&mu_);
-    serving_[stream] = serving;
-    if (service_ == nullptr) return;
-    service_->SetServingStatus(absl::StrCat(kServiceName, "/", stream), serving);
-    bool all = true;
-    for (const auto& [name, up] : serving_) all = all && up;
-    service_->SetServingStatus(kServiceName, all);
-  }
-  void Shutdown() {
-    absl::MutexLock lock(&mu_);
-    if (service_ != nullptr) service_->Shutdown();  // Everything NOT_SERVING, for good.
-  }
-
- private:
-  absl::Mutex mu_;
-  grpc::HealthCheckServiceInterface* service_ = nullptr;
-  std::map<std::string, bool> serving_ ABSL_GUARDED_BY(mu_);
-};
-
 int Run(const Flags& flags) {
   // SIGTERM/SIGINT are read from a signalfd by this thread. Blocked before any
   // thread starts (gRPC's, the readers'), so every thread inherits the mask and
@@ -153,117 +115,21 @@ int Run(const Flags& flags) {
               << " stream(s))\n";
     return 0;
   }
-
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  if (config->plaintext) {
-    credentials = grpc::InsecureServerCredentials();
-    if (ListensBeyondLoopback(config->listen)) {
-      spdlog::warn("listening on {} WITHOUT TLS beyond loopback: change data and tokens "
-                   "cross the network in clear text; configure tls",
-                   config->listen);
-    }
-  } else {
-    absl::StatusOr<TlsFiles> files = ReadTlsFiles(*config->tls);
-    if (!files.ok()) {
-      spdlog::error("tls: {}", std::string(files.status().message()));
-      return 2;
-    }
-    grpc::SslServerCredentialsOptions options(
-        files->client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                                 : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    options.pem_root_certs = files->client_ca;
-    options.pem_key_cert_pairs.push_back({files->private_key, files->cert_chain});
-    credentials = grpc::SslServerCredentials(options);
+  const absl::Duration grace = config->shutdown_timeout;
+  spdlog::info("walfeed-server {} starting", WALFEED_VERSION);
+  absl::StatusOr<std::unique_ptr<WalfeedServer>> server = WalfeedServer::Start(*std::move(config));
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::optional<TokenAuthorizer> authorizer;
-  if (config->auth_enabled()) {
-    absl::StatusOr<TokenAuthorizer> loaded = TokenAuthorizer::Load(config->tokens_file);
-    if (!loaded.ok()) {
-      spdlog::error("auth.tokens_file: {}", std::string(loaded.status().message()));
-      return 2;
-    }
-    std::vector<std::string> names;
-    for (const auto& stream : config->streams) names.push_back(stream.name);
-    if (absl::Status known = loaded->CheckStreamsConfigured(names); !known.ok()) {
-      spdlog::error("auth.tokens_file: {}", std::string(known.message()));
-      return 2;
-    }
-    authorizer = std::move(*loaded);
-  } else {
-    spdlog::warn("no auth.tokens_file configured: every client may subscribe, ack and read "
-                 "status");
-  }
-
-  Health health;
-  std::vector<std::unique_ptr<StreamRuntime>> runtimes;
-  std::map<std::string, StreamRuntime*> by_name;
-  for (const replication::pg::StreamConfig& stream : config->streams) {
-    RuntimeOptions options;
-    options.config = stream;
-    options.checkpoint_schema = config->checkpoint.schema;
-    options.checkpoint_conninfo = config->checkpoint.conninfo;
-    options.buffer_bytes = config->defaults.buffer_bytes;
-    const std::string name = stream.name;
-    runtimes.push_back(std::make_unique<StreamRuntime>(
-        std::move(options), [&health, name](walfeed::v1::StreamState state) {
-          health.Set(name, state == walfeed::v1::STREAM_STATE_STREAMING);
-        }));
-    by_name[name] = runtimes.back().get();
-  }
-
-  WorkerPool pool(8);
-  SubscribeDefaults defaults;
-  defaults.max_batch_events = config->defaults.max_batch_events;
-  defaults.max_batch_bytes = config->defaults.max_batch_bytes;
-  defaults.max_unacked_events = config->defaults.max_unacked_events;
-  defaults.max_unacked_bytes = config->defaults.max_unacked_bytes;
-  defaults.progress_interval = config->defaults.progress_interval;
-  ChangeStreamService service(by_name, authorizer ? &*authorizer : nullptr, &pool, defaults);
-
-  // Linking the health messages lets reflection describe grpc.health.v1.Health.
-  (void)grpc::health::v1::HealthCheckRequest::descriptor();
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(config->listen, credentials, &port);
-  builder.RegisterService(&service);
-  // Clients may keep idle subscriptions alive with pings every >= 10 s.
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    spdlog::error("cannot listen on {}: the address is in use or invalid", config->listen);
-    return 1;
-  }
-  health.Attach(server->GetHealthCheckService());
-  for (const auto& runtime : runtimes) health.Set(runtime->name(), false);
-  spdlog::info("walfeed-server {} listening on {} ({}), {} stream(s)", WALFEED_VERSION,
-               config->listen, config->plaintext ? "plaintext" : "TLS", runtimes.size());
-
-  for (const auto& runtime : runtimes) runtime->Start();
-
-  // Progress frames of idle subscriptions are due on their own clock.
-  for (;;) {
-    pollfd fd{signal_fd, POLLIN, 0};
-    if (poll(&fd, 1, 250) > 0) break;
-    for (const auto& runtime : runtimes) runtime->Tick();
+  pollfd fd{signal_fd, POLLIN, 0};
+  while (poll(&fd, 1, -1) <= 0) {
   }
   signalfd_siginfo info;
   (void)!read(signal_fd, &info, sizeof(info));
   spdlog::info("received {}: shutting down (up to {})", strsignal(info.ssi_signo),
-               absl::FormatDuration(config->shutdown_timeout));
-  health.Shutdown();
-  for (const auto& runtime : runtimes) {
-    runtime->Stop(absl::UnavailableError(
-        "walfeed-server is shutting down; resubscribe (your checkpoint is kept)"));
-  }
-  server->Shutdown(std::chrono::system_clock::now() +
-                   absl::ToChronoMilliseconds(config->shutdown_timeout));
-  server->Wait();
-  spdlog::info("walfeed-server stopped");
+               absl::FormatDuration(grace));
+  (*server)->Shutdown();
   return 0;
 }
 

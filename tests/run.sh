@@ -4,6 +4,7 @@
 #   bash tests/run.sh            everything (what CI runs)
 #   bash tests/run.sh gcc        only the gcc build and its tests (quicker while developing)
 #   bash tests/run.sh clang      only the clang build: -Wthread-safety, ASan+UBSan, fuzzers
+#   bash tests/run.sh api        only the API checks (buf lint on proto/)
 #
 # Two builds, both incremental (ccache) and -Werror when CI is set:
 #   build/        g++, RelWithDebInfo: every test (labels unit, integration, e2e, fuzz replay)
@@ -14,9 +15,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 stage="${1:-all}"
-case "$stage" in all|gcc|clang) ;; *) echo "usage: $0 [all|gcc|clang]" >&2; exit 2 ;; esac
+case "$stage" in all|gcc|clang|api) ;; *) echo "usage: $0 [all|gcc|clang|api]" >&2; exit 2 ;; esac
 
 bash deploy/install-deps.sh
+
+if [ "$stage" = all ] || [ "$stage" = api ]; then
+  bash tests/check_api.sh
+fi
 
 werror=OFF
 if [ -n "${CI:-}" ]; then werror=ON; fi

@@ -1,0 +1,177 @@
+#include "server/walfeed_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace walfeed::server {
+
+constexpr char kServiceName[] = "walfeed.v1.ChangeStream";
+
+// Health names: the service, and one per stream.
+class HealthBoard {
+ public:
+  void Attach(grpc::HealthCheckServiceInterface* service) {
+    absl::MutexLock lock(&mu_);
+    service_ = service;
+  }
+  void Set(const std::string& stream, bool serving) {
+    absl::MutexLock lock(&mu_);
+    serving_[stream] = serving;
+    if (service_ == nullptr) return;
+    service_->SetServingStatus(absl::StrCat(kServiceName, "/", stream), serving);
+    bool all = true;
+    for (const auto& [name, up] : serving_) all = all && up;
+    service_->SetServingStatus(kServiceName, all);
+  }
+  void Shutdown() {
+    absl::MutexLock lock(&mu_);
+    if (service_ != nullptr) service_->Shutdown();  // Everything NOT_SERVING, for good.
+  }
+
+ private:
+  absl::Mutex mu_;
+  grpc::HealthCheckServiceInterface* service_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::map<std::string, bool> serving_ ABSL_GUARDED_BY(mu_);
+};
+
+WalfeedServer::WalfeedServer(ServerConfig config)
+    : config_(std::move(config)), health_(std::make_unique<HealthBoard>()) {}
+
+StreamRuntime* WalfeedServer::stream(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(ServerConfig config) {
+  std::unique_ptr<WalfeedServer> server(new WalfeedServer(std::move(config)));
+  const ServerConfig& cfg = server->config_;
+
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (cfg.plaintext) {
+    credentials = grpc::InsecureServerCredentials();
+    if (ListensBeyondLoopback(cfg.listen)) {
+      spdlog::warn("listening on {} WITHOUT TLS beyond loopback: change data and tokens "
+                   "cross the network in clear text; configure tls",
+                   cfg.listen);
+    }
+  } else {
+    absl::StatusOr<TlsFiles> files = ReadTlsFiles(*cfg.tls);
+    if (!files.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tls: ", files.status().message()));
+    }
+    grpc::SslServerCredentialsOptions options(
+        files->client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                 : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    options.pem_root_certs = files->client_ca;
+    options.pem_key_cert_pairs.push_back({files->private_key, files->cert_chain});
+    credentials = grpc::SslServerCredentials(options);
+  }
+  if (cfg.auth_enabled()) {
+    absl::StatusOr<TokenAuthorizer> loaded = TokenAuthorizer::Load(cfg.tokens_file);
+    if (!loaded.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("auth.tokens_file: ", loaded.status().message()));
+    }
+    std::vector<std::string> names;
+    for (const auto& stream : cfg.streams) names.push_back(stream.name);
+    if (absl::Status known = loaded->CheckStreamsConfigured(names); !known.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("auth.tokens_file: ", known.message()));
+    }
+    server->authorizer_ = std::move(*loaded);
+  } else {
+    spdlog::warn("no auth.tokens_file configured: every client may subscribe, ack and read "
+                 "status");
+  }
+
+  HealthBoard* health = server->health_.get();
+  for (const replication::pg::StreamConfig& stream : cfg.streams) {
+    RuntimeOptions options;
+    options.config = stream;
+    options.checkpoint_schema = cfg.checkpoint.schema;
+    options.checkpoint_conninfo = cfg.checkpoint.conninfo;
+    options.buffer_bytes = cfg.defaults.buffer_bytes;
+    const std::string name = stream.name;
+    server->runtimes_.push_back(std::make_unique<StreamRuntime>(
+        std::move(options), [health, name](walfeed::v1::StreamState state) {
+          health->Set(name, state == walfeed::v1::STREAM_STATE_STREAMING);
+        }));
+    server->by_name_[name] = server->runtimes_.back().get();
+  }
+
+  server->pool_ = std::make_unique<WorkerPool>(8);
+  SubscribeDefaults defaults;
+  defaults.max_batch_events = cfg.defaults.max_batch_events;
+  defaults.max_batch_bytes = cfg.defaults.max_batch_bytes;
+  defaults.max_unacked_events = cfg.defaults.max_unacked_events;
+  defaults.max_unacked_bytes = cfg.defaults.max_unacked_bytes;
+  defaults.progress_interval = cfg.defaults.progress_interval;
+  server->service_ = std::make_unique<ChangeStreamService>(
+      server->by_name_, server->authorizer_ ? &*server->authorizer_ : nullptr,
+      server->pool_.get(), defaults);
+
+  // Linking the health messages lets reflection describe grpc.health.v1.Health.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(cfg.listen, credentials, &server->port_);
+  builder.RegisterService(server->service_.get());
+  // Clients may keep idle subscriptions alive with pings every >= 10 s.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  server->server_ = builder.BuildAndStart();
+  if (!server->server_ || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", cfg.listen, ": the address is in use or invalid"));
+  }
+  health->Attach(server->server_->GetHealthCheckService());
+  for (const auto& runtime : server->runtimes_) health->Set(runtime->name(), false);
+  spdlog::info("walfeed-server listening on {} (port {}, {}), {} stream(s)", cfg.listen,
+               server->port_, cfg.plaintext ? "plaintext" : "TLS", server->runtimes_.size());
+  for (const auto& runtime : server->runtimes_) runtime->Start();
+  WalfeedServer* raw = server.get();
+  server->ticker_ = std::thread([raw] { raw->TickLoop(); });
+  return server;
+}
+
+void WalfeedServer::TickLoop() {
+  // Progress frames of idle subscriptions are due on their own clock.
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(250))) return;
+    }
+    for (const auto& runtime : runtimes_) runtime->Tick();
+  }
+}
+
+void WalfeedServer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (ticker_.joinable()) ticker_.join();
+  health_->Shutdown();
+  for (const auto& runtime : runtimes_) {
+    runtime->Stop(absl::UnavailableError(
+        "walfeed-server is shutting down; resubscribe (your checkpoint is kept)"));
+  }
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(config_.shutdown_timeout));
+    server_->Wait();
+  }
+  pool_.reset();  // Finishes queued acks before the runtimes go.
+  spdlog::info("walfeed-server stopped");
+}
+
+WalfeedServer::~WalfeedServer() { Shutdown(); }
+
+}  // namespace walfeed::server

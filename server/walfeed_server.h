@@ -1,0 +1,79 @@
+// WalfeedServer: a running walfeed server, everything main() does between a
+// parsed configuration and a signal: credentials, token authorization, one
+// StreamRuntime per stream, the gRPC server with the ChangeStream service, health
+// and reflection, and the clock that sends progress frames to idle
+// subscriptions. Tests run it in-process; walfeed-server wraps it.
+//
+// Health (grpc.health.v1): "" is SERVING while the server runs;
+// "walfeed.v1.ChangeStream" is SERVING while every stream streams;
+// "walfeed.v1.ChangeStream/<stream>" is SERVING while that stream is connected to
+// its slot. All become NOT_SERVING at shutdown.
+#ifndef WALFEED_SERVER_WALFEED_SERVER_H_
+#define WALFEED_SERVER_WALFEED_SERVER_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/auth.h"
+#include "server/change_stream_service.h"
+#include "server/config.h"
+#include "server/stream_runtime.h"
+#include "server/worker_pool.h"
+
+namespace walfeed::server {
+
+class HealthBoard;
+
+class WalfeedServer {
+ public:
+  // Listens and starts every stream (each connects and provisions on its own
+  // thread; Subscribe answers UNAVAILABLE until its stream is prepared). Errors:
+  // InvalidArgument for unreadable TLS or token files (named), Unavailable when
+  // the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<WalfeedServer>> Start(ServerConfig config);
+
+  // Shuts down gracefully if still running.
+  ~WalfeedServer();
+  WalfeedServer(const WalfeedServer&) = delete;
+  WalfeedServer& operator=(const WalfeedServer&) = delete;
+
+  // The bound port (useful with listen port 0).
+  int port() const { return port_; }
+  const ServerConfig& config() const { return config_; }
+  StreamRuntime* stream(const std::string& name) const;
+
+  // Health NOT_SERVING, every subscription ends UNAVAILABLE, readers end their
+  // replication connections cleanly, then the gRPC server drains for at most
+  // shutdown_timeout. Idempotent.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  explicit WalfeedServer(ServerConfig config);
+  void TickLoop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  ServerConfig config_;
+  std::unique_ptr<HealthBoard> health_;
+  std::optional<TokenAuthorizer> authorizer_;
+  std::vector<std::unique_ptr<StreamRuntime>> runtimes_;
+  std::map<std::string, StreamRuntime*> by_name_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<ChangeStreamService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::thread ticker_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace walfeed::server
+
+#endif  // WALFEED_SERVER_WALFEED_SERVER_H_
