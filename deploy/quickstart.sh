@@ -22,7 +22,7 @@ as_pg() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 psql_demo() {
-  "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DEMO/pg" -p "$PGPORT" -U postgres -d postgres "$@"
+  PGOPTIONS='-c client_min_messages=warning' "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$DEMO/pg" -p "$PGPORT" -U postgres -d postgres "$@"
 }
 stop_server() {
   if [ -f "$DEMO/walfeed-server.pid" ] && kill -0 "$(cat "$DEMO/walfeed-server.pid")" 2>/dev/null; then

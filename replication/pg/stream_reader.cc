@@ -130,6 +130,8 @@ absl::Status StreamReader::RunSession(Lsn start) {
   }
   assembler_.Reset(start);
   skipping_ = false;
+  reply_burst_start_ = absl::InfinitePast();
+  reply_burst_count_ = 0;
 
   absl::Duration interval = options_.max_feedback_interval;
   if (conn->wal_sender_timeout() > absl::ZeroDuration()) {
@@ -188,7 +190,23 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
     ++stats_.frames;
     ++stats_.keepalives;
     stats_.server_wal_end = std::max(stats_.server_wal_end, keepalive->wal_end);
-    if (keepalive->reply_requested) *reply_now = true;
+    if (keepalive->reply_requested) {
+      *reply_now = true;
+      const absl::Time now = absl::Now();
+      if (now - reply_burst_start_ > absl::Seconds(1)) {
+        reply_burst_start_ = now;
+        reply_burst_count_ = 0;
+      }
+      if (++reply_burst_count_ >= kShutdownReplyBurst) {
+        return absl::UnavailableError(absl::StrCat(
+            "PostgreSQL asked ", reply_burst_count_,
+            " times within a second for confirmation of everything it sent (up to ",
+            keepalive->wal_end.ToString(),
+            "): it is shutting down and waits for a position walfeed cannot confirm "
+            "until it is acked and stored; closing the connection so the shutdown can "
+            "finish"));
+      }
+    }
     return absl::OkStatus();
   }
   const auto& data = absl::get<copy_data::XLogData>(message);

@@ -27,6 +27,13 @@
 //   process already delivered; they are recognised by commit LSN and index (ids are
 //   deterministic) and dropped, so the sink sees every event exactly once per
 //   process. Definite errors end Run() with the error.
+// * A shutting-down walsender (pg_ctl stop -m fast) waits until the client has
+//   confirmed everything it sent, asking again the moment each reply arrives
+//   (PG 15 WalSndDone). walfeed confirms only what is acked and stored, and the
+//   store is that very server, so the wait would never end: a burst of reply
+//   requests (kShutdownReplyBurst within a second; a live walsender asks at most
+//   every wal_sender_timeout / 2) ends the session as transient, letting the
+//   shutdown finish; the reader resumes from its stored position afterwards.
 #ifndef WALFEED_REPLICATION_PG_STREAM_READER_H_
 #define WALFEED_REPLICATION_PG_STREAM_READER_H_
 
@@ -147,6 +154,9 @@ class StreamReader {
   void WaitForWake(absl::Duration timeout);
   void DrainWakeFd();
 
+  // Reply requests within one second that mean "the walsender is shutting down".
+  static constexpr int kShutdownReplyBurst = 100;
+
   const ReaderOptions options_;
   AckTracker* const tracker_;
   StreamSink* const sink_;
@@ -162,6 +172,8 @@ class StreamReader {
   std::optional<OpenTransaction> open_;  // Begun and partly delivered.
   bool skipping_ = false;    // Inside a transaction re-sent after a reconnect.
   bool last_session_streamed_ = false;  // The last session received data.
+  absl::Time reply_burst_start_ = absl::InfinitePast();  // Window of reply requests.
+  int reply_burst_count_ = 0;
   std::vector<TransactionAssembler::Output> outputs_;  // Reused per frame.
 
   mutable absl::Mutex stats_mu_;

@@ -39,8 +39,6 @@ using Kind = pgoutput::TupleValue::Kind;
 using OldKind = pgoutput::OldTupleKind;
 using Op = ChangeEvent::Op;
 
-constexpr absl::Duration kDeadline = absl::Seconds(30);
-
 // A value rendered for comparison: the text itself, or one of these markers, which
 // none of the test values can be mistaken for.
 constexpr char kNull[] = "<null>";
