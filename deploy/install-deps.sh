@@ -11,7 +11,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libpq-dev libspdlog-dev libyaml-cpp-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev postgresql-15 postgresql-client-15
+  libgtest-dev libgmock-dev libbenchmark-dev postgresql-15 postgresql-client-15 openssl
 )
 
 sudo_cmd=()
