@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # API checks on proto/: `buf lint` (the rules in buf.yaml: STANDARD + COMMENTS, so
-# every message, field, enum value and RPC is documented for generated clients).
+# every message, field, enum value and RPC is documented for generated clients) and
+# `buf breaking` against the previous commit (WIRE_JSON rules), so walfeed.v1 only
+# grows compatibly: no field renumbered, retyped or removed, no RPC removed.
 # buf comes from npm (@bufbuild/buf, pinned) into .tools/, installed on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,3 +21,13 @@ fi
 echo "=== buf lint ==="
 "$BUF" lint
 echo "buf lint: clean"
+
+echo "=== buf breaking against HEAD~1 ==="
+if ! git rev-parse --verify -q HEAD~1 >/dev/null; then
+  echo "buf breaking: no previous commit to compare with"
+elif [ -z "$(git ls-tree -r --name-only HEAD~1 -- proto | grep '\.proto$')" ]; then
+  echo "buf breaking: the previous commit has no API yet"
+else
+  "$BUF" breaking --against '.git#ref=HEAD~1'
+  echo "buf breaking: compatible with HEAD~1"
+fi
