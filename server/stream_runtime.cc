@@ -222,6 +222,27 @@ absl::StatusOr<OpenedSession> StreamRuntime::Open(const std::string& consumer,
           "stream \"", name(), "\" is still connecting to PostgreSQL", error_.empty() ? "" : ": ",
           error_, "; retry shortly"));
     }
+    // Refusals first: a refused Subscribe must not register the consumer.
+    if (start_after) {
+      auto known = consumers_.find(consumer);
+      const EventId checkpoint = known == consumers_.end() ? EventId{} : known->second.checkpoint;
+      if (*start_after < checkpoint) {  // Never for a new consumer.
+        return absl::OutOfRangeError(absl::StrCat(
+            "start_after ", start_after->ToString(), " is below consumer \"", consumer,
+            "\"'s checkpoint ", checkpoint.ToString(),
+            ": events up to the checkpoint were acked and may no longer be available; start "
+            "after the checkpoint (leave start_after empty) or after a later id"));
+      }
+      if (*start_after < trimmed_) {
+        // Starting at trimmed_ instead would silently skip the events in between.
+        return absl::OutOfRangeError(absl::StrCat(
+            "start_after ", start_after->ToString(), " is below what stream \"", name(),
+            "\" still holds: every event up to ", trimmed_.ToString(),
+            " was acked by all its consumers and is no longer available to consumer \"",
+            consumer, "\"; start after ", trimmed_.ToString(),
+            " or a later id, or leave start_after empty"));
+      }
+    }
     auto [it, inserted] = consumers_.try_emplace(consumer);
     Consumer& state = it->second;
     if (inserted) {
@@ -229,16 +250,7 @@ absl::StatusOr<OpenedSession> StreamRuntime::Open(const std::string& consumer,
       (void)tracker_->AddConsumer(consumer, EventId{});
     }
     EventId start = inserted ? trimmed_ : state.checkpoint;
-    if (start_after) {
-      if (*start_after < state.checkpoint) {  // Never for a new consumer.
-        return absl::OutOfRangeError(absl::StrCat(
-            "start_after ", start_after->ToString(), " is below consumer \"", consumer,
-            "\"'s checkpoint ", state.checkpoint.ToString(),
-            ": events up to the checkpoint were acked and may no longer be available; start "
-            "after the checkpoint (leave start_after empty) or after a later id"));
-      }
-      start = std::max(start, *start_after);
-    }
+    if (start_after) start = std::max(start, *start_after);
     static std::atomic<uint64_t> counter{0};
     const std::string session_id =
         absl::StrCat(absl::Hex(absl::ToUnixNanos(absl::Now()), absl::kZeroPad16), "-",

@@ -167,7 +167,8 @@ class StreamRuntime : public replication::pg::StreamSink {
 
   // Subscribe. Takes over the consumer's active session (it ends ABORTED).
   // Errors: the stream's failure (DATA_LOSS ...), UNAVAILABLE while the stream has
-  // never been prepared, OUT_OF_RANGE for a start_after below the checkpoint.
+  // never been prepared, OUT_OF_RANGE for a start_after below the checkpoint or
+  // below the events the stream still holds (which would skip events).
   absl::StatusOr<OpenedSession> Open(const std::string& consumer,
                                      std::optional<EventId> start_after,
                                      SessionOptions options) ABSL_LOCKS_EXCLUDED(mu_);
