@@ -339,8 +339,11 @@ bool StreamRuntime::FillEventsLocked(Session& session, walfeed::v1::EventBatch* 
       break;
     }
     session.cursor_ = it->id;
-    if (!options.filter.Matches(it->event)) continue;
-    *batch->add_events() = it->event;
+    walfeed::v1::ChangeEvent* event = batch->add_events();
+    if (!event->ParseFromString(it->serialized) || !options.filter.Matches(*event)) {
+      batch->mutable_events()->RemoveLast();  // Ours, so it parses; filtered out.
+      continue;
+    }
     bytes += it->bytes;
     session.unacked_.emplace_back(it->id, it->bytes);
     session.unacked_bytes_ += it->bytes;
@@ -480,8 +483,10 @@ bool StreamRuntime::HasRoom() {
 void StreamRuntime::OnEvent(replication::ChangeEvent event) {
   Buffered buffered;
   buffered.id = event.id;
-  ToProto(event, &buffered.event);
-  buffered.bytes = buffered.event.ByteSizeLong();
+  walfeed::v1::ChangeEvent converted;
+  ToProto(event, &converted);
+  converted.SerializeToString(&buffered.serialized);
+  buffered.bytes = buffered.serialized.size() + sizeof(Buffered);
   std::vector<std::shared_ptr<Session>> wake;
   {
     absl::MutexLock lock(&mu_);

@@ -1,5 +1,8 @@
 #include "replication/pg/replication_connection.h"
 
+#include <poll.h>
+
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
@@ -104,24 +107,47 @@ absl::Status ReplicationConnection::FlushOutput() {
   return absl::OkStatus();
 }
 
-absl::Status ReplicationConnection::Finish() {
+absl::Status ReplicationConnection::Finish(absl::Duration timeout) {
   if (!streaming_) return absl::OkStatus();
-  // Blocking from here on: this is a bounded goodbye, not the streaming loop.
-  PQsetnonblocking(conn_.get(), 0);
-  if (PQputCopyEnd(conn_.get(), nullptr) != 1 || PQflush(conn_.get()) != 0) {
+  // Still non-blocking: after CopyDone a PG 15 walsender first sends the rest of a
+  // transaction it is in the middle of, which can take as long as the transaction
+  // is large. Drain until the server ends the copy or the deadline passes.
+  const absl::Time deadline = absl::Now() + timeout;
+  if (PQputCopyEnd(conn_.get(), nullptr) != 1) {
     streaming_ = false;
     return StatusFromConnection(conn_.get(), "ending the replication stream");
   }
   for (;;) {
+    const int flushed = PQflush(conn_.get());
+    if (flushed < 0) {
+      streaming_ = false;
+      return StatusFromConnection(conn_.get(), "ending the replication stream");
+    }
     char* buffer = nullptr;
-    const int n = PQgetCopyData(conn_.get(), &buffer, /*async=*/0);
+    const int n = PQgetCopyData(conn_.get(), &buffer, /*async=*/1);
     if (n > 0) {
       PQfreemem(buffer);
       continue;
     }
-    if (n == -1) break;
-    streaming_ = false;
-    return StatusFromConnection(conn_.get(), "ending the replication stream");
+    if (n == -1) break;  // The server ended the copy.
+    if (n < -1) {
+      streaming_ = false;
+      return StatusFromConnection(conn_.get(), "ending the replication stream");
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      streaming_ = false;
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the server was still sending after ", absl::FormatDuration(timeout),
+          "; closed without waiting for the end of the copy"));
+    }
+    pollfd fd{socket(), static_cast<short>(POLLIN | (flushed == 1 ? POLLOUT : 0)), 0};
+    const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(deadline - now, absl::Milliseconds(1)));
+    if (poll(&fd, 1, static_cast<int>(std::min<int64_t>(ms, 1000))) > 0 &&
+        (fd.revents & (POLLIN | POLLERR | POLLHUP)) != 0 && PQconsumeInput(conn_.get()) == 0) {
+      streaming_ = false;
+      return StatusFromConnection(conn_.get(), "ending the replication stream");
+    }
   }
   return StreamEndStatus();
 }

@@ -85,8 +85,10 @@ class ReplicationConnection {
   int socket() const { return PQsocket(conn_.get()); }
 
   // Ends the copy cleanly (CopyDone), drains what the server still sends and
-  // reports its final status: OK, or the error it ended with.
-  absl::Status Finish();
+  // reports its final status: OK, or the error it ended with. Gives up after
+  // `timeout` (DeadlineExceeded; the caller then just closes the connection), so
+  // a shutdown in the middle of a huge transaction stays bounded.
+  absl::Status Finish(absl::Duration timeout = absl::Seconds(2));
 
  private:
   explicit ReplicationConnection(PgConnPtr conn) : conn_(std::move(conn)) {}
