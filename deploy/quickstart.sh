@@ -45,9 +45,9 @@ fi
 echo "==> installing dependencies (Debian packages)"
 bash "$ROOT/deploy/install-deps.sh"
 
-echo "==> building walfeed-server and the demo client"
+echo "==> building walfeed-server and the walfeed CLI"
 cmake -S "$ROOT" -B "$BUILD" >/dev/null
-cmake --build "$BUILD" --target walfeed-server walfeed-demo-tail -j"$(nproc)"
+cmake --build "$BUILD" --target walfeed-server walfeed -j"$(nproc)"
 
 echo "==> starting PostgreSQL 15 on port $PGPORT (data in $DEMO/pg)"
 mkdir -p "$DEMO/pg"
@@ -92,9 +92,9 @@ nohup "$BUILD/server/walfeed-server" --config "$DEMO/walfeed.yaml" >>"$DEMO/walf
 echo $! >"$DEMO/walfeed-server.pid"
 
 # The stream creates its publication and slot on first start; wait until it is
-# subscribable (the demo client retries too), then write some rows.
-"$BUILD/client/walfeed-demo-tail" --server "$LISTEN" --stream demo --consumer demo \
-  --ack --timeout-seconds 60 --count 3 >"$DEMO/demo-events.txt" 2>"$DEMO/demo-client.log" &
+# subscribable (`walfeed tail` retries too), then write some rows.
+"$BUILD/client/walfeed" tail --server "$LISTEN" --stream demo --consumer demo \
+  --ack --timeout 60 --count 3 --format text >"$DEMO/demo-events.txt" 2>"$DEMO/demo-client.log" &
 CLIENT=$!
 for _ in $(seq 1 100); do
   grep -q "subscribed" "$DEMO/demo-client.log" 2>/dev/null && break
@@ -102,13 +102,14 @@ for _ in $(seq 1 100); do
 done
 psql_demo -c "INSERT INTO public.demo_orders (customer, amount) VALUES ('ada', 12.50), ('grace', 7.00)" \
           -c "UPDATE public.demo_orders SET amount = amount + 1 WHERE id = (SELECT max(id) FROM public.demo_orders)"
-wait "$CLIENT" || { echo "demo client failed:"; cat "$DEMO/demo-client.log"; exit 1; }
+wait "$CLIENT" || { echo "walfeed tail failed:"; cat "$DEMO/demo-client.log"; exit 1; }
 
 echo
 echo "==> events received by the demo consumer (id op table columns):"
 cat "$DEMO/demo-events.txt"
 echo
 echo "walfeed-server is running (pid $(cat "$DEMO/walfeed-server.pid"), log $DEMO/walfeed-server.log)."
-echo "Tail more:  $BUILD/client/walfeed-demo-tail --stream demo --consumer me --ack"
+echo "Tail more:  $BUILD/client/walfeed tail --stream demo --consumer me --ack   (JSON lines; --format text)"
+echo "Status:     $BUILD/client/walfeed status"
 echo "Write more: $PGBIN/psql -h $DEMO/pg -p $PGPORT -U postgres -c \"INSERT INTO demo_orders (customer, amount) VALUES ('you', 1)\""
 echo "Stop:       bash deploy/quickstart.sh stop"

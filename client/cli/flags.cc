@@ -1,0 +1,321 @@
+#include "client/cli/flags.h"
+
+#include <functional>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "client/cli/format.h"
+
+namespace walfeed::cli {
+namespace {
+
+constexpr char kCommonHelp[] =
+    "Connection (every command):\n"
+    "  --server HOST:PORT     walfeed-server address (default 127.0.0.1:50051)\n"
+    "  --tls                  use TLS with the system's root certificates\n"
+    "  --tls-ca FILE          use TLS, trusting this CA (PEM)\n"
+    "  --tls-cert FILE        client certificate for mutual TLS (PEM; with --tls-key)\n"
+    "  --tls-key FILE         its private key (PEM)\n"
+    "  --tls-server-name NAME verify the server's certificate for NAME\n"
+    "  --token-file FILE      bearer token (first line); default: $WALFEED_TOKEN\n"
+    "  --help                 this help\n";
+
+constexpr char kExitHelp[] =
+    "Exit codes: 0 ok; 1 runtime error; 2 usage error (or the server rejected an\n"
+    "argument); 3 data loss (the stream's slot was lost); 4 not found or not\n"
+    "permitted (unknown stream, missing or refused token).\n";
+
+using Setter = std::function<absl::Status(const std::string& value)>;
+
+struct FlagSet {
+  std::map<std::string, Setter> with_value;
+  std::map<std::string, std::function<void()>> switches;
+};
+
+void AddCommon(CommonFlags* common, FlagSet* flags) {
+  flags->with_value["--server"] = [common](const std::string& v) {
+    common->server = v;
+    return absl::OkStatus();
+  };
+  flags->switches["--tls"] = [common] { common->tls = true; };
+  auto tls_file = [common](std::string* field) {
+    return [common, field](const std::string& v) {
+      *field = v;
+      common->tls = true;
+      return absl::OkStatus();
+    };
+  };
+  flags->with_value["--tls-ca"] = tls_file(&common->tls_ca);
+  flags->with_value["--tls-cert"] = tls_file(&common->tls_cert);
+  flags->with_value["--tls-key"] = tls_file(&common->tls_key);
+  flags->with_value["--tls-server-name"] = tls_file(&common->tls_server_name);
+  flags->with_value["--token-file"] = [common](const std::string& v) {
+    common->token_file = v;
+    return absl::OkStatus();
+  };
+}
+
+absl::Status Usage(absl::string_view why) { return absl::InvalidArgumentError(why); }
+
+absl::StatusOr<absl::Duration> ParseSeconds(absl::string_view flag, const std::string& value) {
+  double seconds = 0;
+  if (!absl::SimpleAtod(value, &seconds) || !(seconds > 0)) {
+    return Usage(absl::StrCat(flag, " needs a positive number of seconds, got \"", value, "\""));
+  }
+  return absl::Seconds(seconds);
+}
+
+// Parses `args` (after the command name) against `flags`. Returns kHelp text
+// through *help when --help is given.
+absl::Status ParseFlags(const std::vector<std::string>& args, size_t first, const FlagSet& flags,
+                        bool* help) {
+  for (size_t i = first; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      *help = true;
+      return absl::OkStatus();
+    }
+    std::string value;
+    bool inline_value = false;
+    if (const size_t eq = arg.find('='); absl::StartsWith(arg, "--") && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      inline_value = true;
+    }
+    if (auto it = flags.switches.find(arg); it != flags.switches.end()) {
+      if (inline_value) return Usage(absl::StrCat(arg, " takes no value"));
+      it->second();
+      continue;
+    }
+    auto it = flags.with_value.find(arg);
+    if (it == flags.with_value.end()) {
+      return Usage(absl::StrCat("unknown argument \"", arg, "\""));
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) return Usage(absl::StrCat(arg, " needs a value"));
+      value = args[++i];
+    }
+    if (absl::Status set = it->second(value); !set.ok()) return set;
+  }
+  return absl::OkStatus();
+}
+
+// "a, b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> List(const std::string& value) {
+  std::vector<std::string> items;
+  for (absl::string_view item : absl::StrSplit(value, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    if (!item.empty()) items.emplace_back(item);
+  }
+  return items;
+}
+
+}  // namespace
+
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return kExitUsage;
+    case absl::StatusCode::kDataLoss:
+      return kExitDataLoss;
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      return kExitNotFound;
+    default:
+      return kExitRuntime;
+  }
+}
+
+std::string MainUsage() {
+  return absl::StrCat(
+      "usage: walfeed <command> [flags]\n"
+      "\n"
+      "Commands:\n"
+      "  tail     print a stream's change events (one JSON object per line)\n"
+      "  status   show streams, slots and consumers\n"
+      "  help     this help; `walfeed <command> --help` for a command's flags\n"
+      "  version  print the version\n"
+      "\n",
+      kCommonHelp, "\n", kExitHelp);
+}
+
+std::string TailUsage() {
+  return absl::StrCat(
+      "usage: walfeed tail --stream S --consumer C [flags]\n"
+      "\n"
+      "Subscribes as durable consumer C and prints every event, one per line, as it\n"
+      "arrives; reconnects and resumes after the consumer's checkpoint when the\n"
+      "server restarts. Without --ack nothing is acknowledged: the consumer's\n"
+      "checkpoint stays and the events come again next time. A consumer has one\n"
+      "session at a time, so tailing takes the consumer over from whoever has it:\n"
+      "use a consumer name of your own.\n"
+      "\n"
+      "  --stream S             the stream (required)\n"
+      "  --consumer C           the durable consumer name (required; 1-63 of A-Za-z0-9_.-)\n"
+      "  --tables LIST          only these schema.table globs, comma-separated (a.b,c.*)\n"
+      "  --ops LIST             only these operations: insert,update,delete,truncate,message\n"
+      "  --ack                  ack each event once it is printed (and flushed)\n"
+      "  --count N              exit after printing N events\n"
+      "  --until ID             exit after the first event at or beyond ID (printed if\n"
+      "                         it is ID itself)\n"
+      "  --start-after ID       start after ID instead of the checkpoint (at or beyond it)\n"
+      "  --format json|text     json (default): see below; text: \"<id> <OP> <table> col='v' ...\"\n"
+      "  --timeout SECONDS      give up after this long (exit 1 if --count/--until was\n"
+      "                         not reached, 0 otherwise)\n"
+      "  --batch N              at most N events per server batch\n"
+      "\n"
+      "JSON fields: id, commit_lsn (X/Y text), index, xid, commit_time, op, schema, table,\n"
+      "columns and old ([{name, type, type_oid, key, kind, value}]), old_kind,\n"
+      "last_in_transaction, transaction_event_count (last event only), truncate,\n"
+      "message. kind is text, null, unchanged_toast or raw; raw values (not UTF-8 in\n"
+      "the database's encoding) come as value_base64. Progress goes to stderr.\n"
+      "\n",
+      kCommonHelp, "\n", kExitHelp);
+}
+
+std::string StatusUsage() {
+  return absl::StrCat(
+      "usage: walfeed status [--stream S] [flags]\n"
+      "\n"
+      "Prints each stream's state, slot (wal_status, active, confirmed_flush_lsn,\n"
+      "retained WAL), the server's WAL position, and its consumers with their\n"
+      "checkpoints, sessions, unacked events and lag in bytes.\n"
+      "\n"
+      "  --stream S             only this stream (default: every stream you may see)\n"
+      "  --timeout SECONDS      how long to wait for the server (default 30)\n"
+      "\n",
+      kCommonHelp, "\n", kExitHelp);
+}
+
+std::string UsageFor(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "tail") return TailUsage();
+  if (!args.empty() && args[0] == "status") return StatusUsage();
+  return MainUsage();
+}
+
+absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args) {
+  Invocation invocation;
+  if (args.empty()) return Usage("no command given");
+  const std::string& command = args[0];
+  if (command == "help" || command == "--help" || command == "-h") {
+    invocation.command = Command::kHelp;
+    invocation.help = args.size() > 1 ? UsageFor({args[1]}) : MainUsage();
+    return invocation;
+  }
+  if (command == "version" || command == "--version") {
+    invocation.command = Command::kVersion;
+    return invocation;
+  }
+  bool help = false;
+  if (command == "tail") {
+    TailFlags& tail = invocation.tail;
+    FlagSet flags;
+    AddCommon(&tail.common, &flags);
+    auto text = [](std::string* field) {
+      return [field](const std::string& v) {
+        *field = v;
+        return absl::OkStatus();
+      };
+    };
+    flags.with_value["--stream"] = text(&tail.stream);
+    flags.with_value["--consumer"] = text(&tail.consumer);
+    flags.with_value["--tables"] = [&tail](const std::string& v) {
+      for (std::string& table : List(v)) tail.tables.push_back(std::move(table));
+      return absl::OkStatus();
+    };
+    flags.with_value["--ops"] = [&tail](const std::string& v) {
+      for (const std::string& name : List(v)) {
+        absl::StatusOr<walfeed::v1::Operation> op = ParseOperation(name);
+        if (!op.ok()) return Usage(absl::StrCat("--ops: ", op.status().message()));
+        tail.operations.push_back(*op);
+      }
+      return absl::OkStatus();
+    };
+    flags.switches["--ack"] = [&tail] { tail.ack = true; };
+    flags.with_value["--count"] = [&tail](const std::string& v) {
+      if (!absl::SimpleAtoi(v, &tail.count) || tail.count == 0) {
+        return Usage(absl::StrCat("--count needs a positive integer, got \"", v, "\""));
+      }
+      return absl::OkStatus();
+    };
+    flags.with_value["--until"] = [&tail](const std::string& v) {
+      absl::StatusOr<EventId> id = EventId::Parse(v);
+      if (!id.ok()) return Usage(absl::StrCat("--until: ", id.status().message()));
+      tail.until = *id;
+      return absl::OkStatus();
+    };
+    flags.with_value["--start-after"] = [&tail](const std::string& v) {
+      absl::StatusOr<EventId> id = EventId::Parse(v);
+      if (!id.ok()) return Usage(absl::StrCat("--start-after: ", id.status().message()));
+      tail.start_after = v;
+      return absl::OkStatus();
+    };
+    flags.with_value["--format"] = [&tail](const std::string& v) {
+      if (v == "json") {
+        tail.format = Format::kJson;
+      } else if (v == "text") {
+        tail.format = Format::kText;
+      } else {
+        return Usage(absl::StrCat("--format must be json or text, got \"", v, "\""));
+      }
+      return absl::OkStatus();
+    };
+    flags.with_value["--timeout"] = [&tail](const std::string& v) {
+      absl::StatusOr<absl::Duration> timeout = ParseSeconds("--timeout", v);
+      if (!timeout.ok()) return timeout.status();
+      tail.timeout = *timeout;
+      return absl::OkStatus();
+    };
+    flags.with_value["--batch"] = [&tail](const std::string& v) {
+      if (!absl::SimpleAtoi(v, &tail.batch) || tail.batch == 0) {
+        return Usage(absl::StrCat("--batch needs a positive integer, got \"", v, "\""));
+      }
+      return absl::OkStatus();
+    };
+    if (absl::Status parsed = ParseFlags(args, 1, flags, &help); !parsed.ok()) return parsed;
+    if (help) {
+      invocation.command = Command::kHelp;
+      invocation.help = TailUsage();
+      return invocation;
+    }
+    if (tail.stream.empty()) return Usage("--stream is required");
+    if (tail.consumer.empty()) return Usage("--consumer is required");
+    invocation.command = Command::kTail;
+    return invocation;
+  }
+  if (command == "status") {
+    StatusFlags& status = invocation.status;
+    FlagSet flags;
+    AddCommon(&status.common, &flags);
+    flags.with_value["--stream"] = [&status](const std::string& v) {
+      status.stream = v;
+      return absl::OkStatus();
+    };
+    flags.with_value["--timeout"] = [&status](const std::string& v) {
+      absl::StatusOr<absl::Duration> timeout = ParseSeconds("--timeout", v);
+      if (!timeout.ok()) return timeout.status();
+      status.timeout = *timeout;
+      return absl::OkStatus();
+    };
+    if (absl::Status parsed = ParseFlags(args, 1, flags, &help); !parsed.ok()) return parsed;
+    if (help) {
+      invocation.command = Command::kHelp;
+      invocation.help = StatusUsage();
+      return invocation;
+    }
+    invocation.command = Command::kStatus;
+    return invocation;
+  }
+  return Usage(absl::StrCat("unknown command \"", command, "\""));
+}
+
+}  // namespace walfeed::cli

@@ -1,0 +1,342 @@
+// The `walfeed` CLI's pure parts: the JSON string escaper, one-line JSON and
+// text per event (checked exactly and by parsing the JSON back with protobuf's
+// JSON parser), the status table, flag parsing and exit codes.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "client/cli/flags.h"
+#include "client/cli/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace walfeed::cli {
+namespace {
+
+using ::google::protobuf::Struct;
+using ::google::protobuf::Value;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::walfeed::testing::IsOk;
+using ::walfeed::testing::StatusIs;
+using ::walfeed::v1::ChangeEvent;
+using ::walfeed::v1::ColumnValue;
+
+// Parses one line of JSON into a Struct (fails the test if it is not JSON).
+Struct ParseJson(const std::string& line) {
+  Struct parsed;
+  const auto status = google::protobuf::util::JsonStringToMessage(line, &parsed);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << line;
+  return parsed;
+}
+
+// JsonString's output decoded by a real JSON parser.
+std::string RoundTrip(const std::string& text) {
+  Struct parsed = ParseJson("{\"s\":" + JsonString(text) + "}");
+  return parsed.fields().at("s").string_value();
+}
+
+ColumnValue Column(const std::string& name, const std::string& type, uint32_t oid, bool key,
+                   walfeed::v1::ValueKind kind, const std::string& value = "") {
+  ColumnValue column;
+  column.set_name(name);
+  column.set_type_name(type);
+  column.set_type_oid(oid);
+  column.set_key(key);
+  column.set_kind(kind);
+  if (kind == walfeed::v1::VALUE_KIND_TEXT) column.set_text(value);
+  if (kind == walfeed::v1::VALUE_KIND_RAW) column.set_raw(value);
+  return column;
+}
+
+ChangeEvent Insert() {
+  ChangeEvent event;
+  event.set_id("0/1A2B3C8:0");
+  event.set_commit_lsn(0x1A2B3C8);
+  event.set_index(0);
+  event.set_xid(735);
+  event.mutable_commit_time()->set_seconds(1714564800);  // 2024-05-01T12:00:00Z
+  event.mutable_commit_time()->set_nanos(123456000);
+  event.set_op(walfeed::v1::OPERATION_INSERT);
+  event.set_schema("public");
+  event.set_table("orders");
+  *event.add_new_values() = Column("id", "int4", 23, true, walfeed::v1::VALUE_KIND_TEXT, "1");
+  *event.add_new_values() = Column("note", "text", 25, false, walfeed::v1::VALUE_KIND_NULL);
+  event.set_last_in_transaction(true);
+  event.set_transaction_event_count(1);
+  return event;
+}
+
+TEST(JsonStringTest, EscapesWhatJsonRequires) {
+  EXPECT_EQ(JsonString(""), "\"\"");
+  EXPECT_EQ(JsonString("plain"), "\"plain\"");
+  EXPECT_EQ(JsonString("a\"b\\c/d"), "\"a\\\"b\\\\c/d\"");
+  EXPECT_EQ(JsonString("\n\r\t\b\f"), "\"\\n\\r\\t\\b\\f\"");
+  EXPECT_EQ(JsonString(std::string("\0\x01\x1f\x7f", 4)), "\"\\u0000\\u0001\\u001f\\u007f\"");
+  EXPECT_EQ(JsonString("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"")
+      << "valid UTF-8 stays readable";
+  EXPECT_EQ(JsonString("\xE2\x80\xA8\xE2\x80\xA9"), "\"\\u2028\\u2029\"");
+}
+
+TEST(JsonStringTest, ReplacesBytesThatAreNotUtf8) {
+  EXPECT_EQ(JsonString("a\xFF" "b"), "\"a\\ufffdb\"");
+  EXPECT_EQ(JsonString("\xC3"), "\"\\ufffd\"") << "truncated sequence";
+  EXPECT_EQ(JsonString("\xC0\xAF"), "\"\\ufffd\\ufffd\"") << "overlong '/'";
+  EXPECT_EQ(JsonString("\xED\xA0\x80"), "\"\\ufffd\\ufffd\\ufffd\"") << "surrogate";
+  EXPECT_EQ(JsonString("\xF4\x90\x80\x80"), "\"\\ufffd\\ufffd\\ufffd\\ufffd\"") << "> U+10FFFF";
+  EXPECT_EQ(JsonString("caf\xE9"), "\"caf\\ufffd\"") << "LATIN1 e-acute";
+}
+
+TEST(JsonStringTest, RoundTripsThroughAJsonParser) {
+  for (const std::string& text :
+       {std::string("quote \" backslash \\ slash /"), std::string("lines\nand\ttabs\r"),
+        std::string("nul \0 inside", 12), std::string("\x01\x02\x1b[31mred\x7f"),
+        std::string("\xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x90\x98"),
+        std::string("\xE2\x80\xA8 separators \xE2\x80\xA9"), std::string(1000, 'x')}) {
+    EXPECT_EQ(RoundTrip(text), text) << absl::CHexEscape(text);
+  }
+}
+
+TEST(IsValidUtf8Test, FollowsRfc3629) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("ascii"));
+  EXPECT_TRUE(IsValidUtf8("\xC2\x80\xDF\xBF\xE0\xA0\x80\xEF\xBF\xBF\xF0\x90\x80\x80\xF4\x8F\xBF\xBF"));
+  EXPECT_FALSE(IsValidUtf8("\x80"));
+  EXPECT_FALSE(IsValidUtf8("\xC1\xBF"));
+  EXPECT_FALSE(IsValidUtf8("\xE0\x9F\xBF"));
+  EXPECT_FALSE(IsValidUtf8("\xF5\x80\x80\x80"));
+  EXPECT_FALSE(IsValidUtf8("\xE2\x82"));
+}
+
+TEST(EventJsonTest, InsertIsExact) {
+  EXPECT_EQ(EventJson(Insert()),
+            "{\"id\":\"0/1A2B3C8:0\",\"commit_lsn\":\"0/1A2B3C8\",\"index\":0,\"xid\":735,"
+            "\"commit_time\":\"2024-05-01T12:00:00.123456Z\",\"op\":\"insert\","
+            "\"schema\":\"public\",\"table\":\"orders\",\"columns\":["
+            "{\"name\":\"id\",\"type\":\"int4\",\"type_oid\":23,\"key\":true,\"kind\":\"text\","
+            "\"value\":\"1\"},"
+            "{\"name\":\"note\",\"type\":\"text\",\"type_oid\":25,\"key\":false,\"kind\":\"null\","
+            "\"value\":null}],"
+            "\"old_kind\":\"none\",\"old\":[],\"last_in_transaction\":true,"
+            "\"transaction_event_count\":1}");
+}
+
+TEST(EventJsonTest, KeepsNullUnchangedToastEmptyAndRawApart) {
+  ChangeEvent event = Insert();
+  event.set_op(walfeed::v1::OPERATION_UPDATE);
+  event.set_commit_lsn(0x16B374D848);
+  event.set_id("16/B374D848:4");
+  event.set_index(4);
+  event.set_last_in_transaction(false);
+  event.set_transaction_event_count(0);
+  event.clear_new_values();
+  *event.add_new_values() = Column("empty", "text", 25, false, walfeed::v1::VALUE_KIND_TEXT, "");
+  *event.add_new_values() = Column("null", "text", 25, false, walfeed::v1::VALUE_KIND_NULL);
+  *event.add_new_values() =
+      Column("toast", "text", 25, false, walfeed::v1::VALUE_KIND_UNCHANGED_TOAST);
+  const std::string latin1("caf\xE9 \x00\xFF", 7);
+  *event.add_new_values() = Column("raw", "text", 25, false, walfeed::v1::VALUE_KIND_RAW, latin1);
+  *event.add_new_values() = Column("tricky", "text", 25, false, walfeed::v1::VALUE_KIND_TEXT,
+                                   "say \"hi\"\n\\ \xE2\x80\xA8 \xF0\x9F\x98\x80");
+  event.set_old_values_kind(walfeed::v1::OLD_VALUES_KEY);
+  *event.add_old_values() = Column("id", "int4", 23, true, walfeed::v1::VALUE_KIND_TEXT, "7");
+
+  const std::string line = EventJson(event);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  Struct json = ParseJson(line);
+  const auto& f = json.fields();
+  EXPECT_EQ(f.at("id").string_value(), "16/B374D848:4");
+  EXPECT_EQ(f.at("commit_lsn").string_value(), "16/B374D848");
+  EXPECT_EQ(f.at("index").number_value(), 4);
+  EXPECT_EQ(f.at("op").string_value(), "update");
+  EXPECT_FALSE(f.at("last_in_transaction").bool_value());
+  EXPECT_EQ(f.count("transaction_event_count"), 0u) << "only on the last event";
+  const auto& columns = f.at("columns").list_value().values();
+  ASSERT_EQ(columns.size(), 5);
+  auto field = [&](int i, const std::string& name) -> const Value* {
+    const auto& fields = columns[i].struct_value().fields();
+    auto it = fields.find(name);
+    return it == fields.end() ? nullptr : &it->second;
+  };
+  EXPECT_EQ(field(0, "kind")->string_value(), "text");
+  EXPECT_EQ(field(0, "value")->string_value(), "");
+  EXPECT_EQ(field(1, "kind")->string_value(), "null");
+  EXPECT_EQ(field(1, "value")->kind_case(), Value::kNullValue);
+  EXPECT_EQ(field(2, "kind")->string_value(), "unchanged_toast");
+  EXPECT_EQ(field(2, "value"), nullptr);
+  EXPECT_EQ(field(3, "kind")->string_value(), "raw");
+  EXPECT_EQ(field(3, "value"), nullptr);
+  std::string decoded;
+  ASSERT_TRUE(absl::Base64Unescape(field(3, "value_base64")->string_value(), &decoded));
+  EXPECT_EQ(decoded, latin1) << "raw bytes survive exactly";
+  EXPECT_EQ(field(4, "value")->string_value(), "say \"hi\"\n\\ \xE2\x80\xA8 \xF0\x9F\x98\x80");
+  EXPECT_EQ(f.at("old_kind").string_value(), "key");
+  ASSERT_EQ(f.at("old").list_value().values_size(), 1);
+  EXPECT_EQ(f.at("old").list_value().values(0).struct_value().fields().at("value").string_value(),
+            "7");
+}
+
+TEST(EventJsonTest, TruncateAndMessagesCarryTheirPayloads) {
+  ChangeEvent truncate;
+  truncate.set_id("0/10:0");
+  truncate.set_commit_lsn(0x10);
+  truncate.set_op(walfeed::v1::OPERATION_TRUNCATE);
+  walfeed::v1::TableName* table = truncate.mutable_truncate()->add_tables();
+  table->set_schema("public");
+  table->set_table("orders");
+  truncate.mutable_truncate()->set_cascade(true);
+  Struct json = ParseJson(EventJson(truncate));
+  const auto& t = json.fields().at("truncate").struct_value().fields();
+  EXPECT_TRUE(t.at("cascade").bool_value());
+  EXPECT_FALSE(t.at("restart_identity").bool_value());
+  EXPECT_EQ(t.at("tables").list_value().values(0).struct_value().fields().at("table").string_value(),
+            "orders");
+  EXPECT_EQ(EventText(truncate), "0/10:0 TRUNCATE public.orders CASCADE");
+
+  ChangeEvent message;
+  message.set_id("0/20:1");
+  message.set_op(walfeed::v1::OPERATION_MESSAGE);
+  message.mutable_message()->set_prefix("audit");
+  message.mutable_message()->set_content("hello");
+  message.mutable_message()->set_lsn("0/28");
+  json = ParseJson(EventJson(message));
+  const auto& m = json.fields().at("message").struct_value().fields();
+  EXPECT_EQ(m.at("prefix").string_value(), "audit");
+  EXPECT_EQ(m.at("content").string_value(), "hello");
+  EXPECT_EQ(m.at("content_base64").string_value(), "aGVsbG8=");
+  message.mutable_message()->set_content(std::string("\xFF\x00", 2));
+  json = ParseJson(EventJson(message));
+  EXPECT_EQ(json.fields().at("message").struct_value().fields().count("content"), 0u);
+  EXPECT_EQ(EventText(message), "0/20:1 MESSAGE prefix='audit' content=raw:/wA=");
+}
+
+TEST(EventTextTest, KeepsTheQuickstartShape) {
+  EXPECT_EQ(EventText(Insert()), "0/1A2B3C8:0 INSERT public.orders id='1' note=NULL");
+  ChangeEvent event = Insert();
+  event.mutable_new_values(1)->set_kind(walfeed::v1::VALUE_KIND_TEXT);
+  event.mutable_new_values(1)->set_text("it's\na \\ test");
+  EXPECT_EQ(EventText(event), "0/1A2B3C8:0 INSERT public.orders id='1' note='it\\'s\\na \\\\ test'");
+  ChangeEvent deleted = Insert();
+  deleted.set_op(walfeed::v1::OPERATION_DELETE);
+  deleted.clear_new_values();
+  *deleted.add_old_values() = Column("id", "int4", 23, true, walfeed::v1::VALUE_KIND_TEXT, "1");
+  EXPECT_EQ(EventText(deleted), "0/1A2B3C8:0 DELETE public.orders id='1'");
+}
+
+TEST(StatusTableTest, ShowsStreamsSlotsAndConsumers) {
+  walfeed::v1::GetStatusResponse response;
+  walfeed::v1::StreamStatus* stream = response.add_streams();
+  stream->set_name("orders");
+  stream->set_state(walfeed::v1::STREAM_STATE_STREAMING);
+  stream->set_server_wal_lsn("0/1A2B400");
+  stream->mutable_slot()->set_name("walfeed_orders");
+  stream->mutable_slot()->set_wal_status("reserved");
+  stream->mutable_slot()->set_active(true);
+  stream->mutable_slot()->set_confirmed_flush_lsn("0/1A2B3C8");
+  stream->mutable_slot()->set_retained_wal_bytes(4096);
+  walfeed::v1::ConsumerStatus* consumer = stream->add_consumers();
+  consumer->set_name("billing");
+  consumer->set_checkpoint("0/1A2B3C8:2");
+  consumer->set_session_id("abc-1");
+  consumer->set_unacked_events(3);
+  consumer->set_lag_bytes(56);
+  walfeed::v1::StreamStatus* failed = response.add_streams();
+  failed->set_name("lost");
+  failed->set_state(walfeed::v1::STREAM_STATE_FAILED);
+  failed->set_error("slot walfeed_lost no longer exists");
+  failed->mutable_slot()->set_name("walfeed_lost");
+  failed->mutable_slot()->set_wal_status("missing");
+
+  EXPECT_EQ(StatusTable(response),
+            "STREAM  STATE      SLOT            WAL_STATUS  ACTIVE  CONFIRMED_FLUSH  SERVER_LSN  "
+            "RETAINED_BYTES\n"
+            "orders  streaming  walfeed_orders  reserved    yes     0/1A2B3C8        0/1A2B400   "
+            "4096\n"
+            "lost    FAILED     walfeed_lost    missing     no      -                -           0\n"
+            "\n"
+            "STREAM  CONSUMER  CHECKPOINT   SESSION  UNACKED  LAG_BYTES\n"
+            "orders  billing   0/1A2B3C8:2  abc-1    3        56\n"
+            "\n"
+            "errors:\n"
+            "lost: slot walfeed_lost no longer exists\n");
+  EXPECT_EQ(StatusTable(walfeed::v1::GetStatusResponse()), "no streams\n");
+}
+
+TEST(FlagsTest, ParsesTail) {
+  absl::StatusOr<Invocation> parsed = ParseCommandLine(
+      {"tail", "--stream", "orders", "--consumer=me", "--tables", "public.a, app.*",
+       "--ops", "insert,DELETE", "--ack", "--count", "3", "--until", "0/a:1", "--format", "text",
+       "--server", "db:1", "--tls-ca", "/ca.pem", "--timeout", "1.5"});
+  ASSERT_THAT(parsed, IsOk());
+  ASSERT_EQ(parsed->command, Command::kTail);
+  const TailFlags& tail = parsed->tail;
+  EXPECT_EQ(tail.stream, "orders");
+  EXPECT_EQ(tail.consumer, "me");
+  EXPECT_THAT(tail.tables, ::testing::ElementsAre("public.a", "app.*"));
+  EXPECT_THAT(tail.operations, ::testing::ElementsAre(walfeed::v1::OPERATION_INSERT,
+                                                      walfeed::v1::OPERATION_DELETE));
+  EXPECT_TRUE(tail.ack);
+  EXPECT_EQ(tail.count, 3u);
+  EXPECT_EQ(tail.until->ToString(), "0/A:1");
+  EXPECT_EQ(tail.format, Format::kText);
+  EXPECT_EQ(tail.common.server, "db:1");
+  EXPECT_TRUE(tail.common.tls);
+  EXPECT_EQ(tail.timeout, absl::Milliseconds(1500));
+}
+
+TEST(FlagsTest, RefusesBadUsageWithAReason) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "no command"},
+      {{"frobnicate"}, "unknown command"},
+      {{"tail", "--consumer", "c"}, "--stream is required"},
+      {{"tail", "--stream", "s"}, "--consumer is required"},
+      {{"tail", "--stream", "s", "--consumer", "c", "--ops", "upsert"}, "unknown operation"},
+      {{"tail", "--stream", "s", "--consumer", "c", "--count", "0"}, "--count"},
+      {{"tail", "--stream", "s", "--consumer", "c", "--until", "nope"}, "invalid event id"},
+      {{"tail", "--stream", "s", "--consumer", "c", "--format", "xml"}, "json or text"},
+      {{"tail", "--stream", "s", "--consumer", "c", "--ack=yes"}, "takes no value"},
+      {{"tail", "--stream"}, "needs a value"},
+      {{"status", "--bogus"}, "unknown argument"},
+  };
+  for (const auto& [args, why] : cases) {
+    EXPECT_THAT(ParseCommandLine(args), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(why)))
+        << ::testing::PrintToString(args);
+  }
+}
+
+TEST(FlagsTest, HelpEverywhere) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--help"},
+                                             {"help"},
+                                             {"tail", "--help"},
+                                             {"status", "--help"},
+                                             {"help", "tail"},
+                                             {"tail", "--stream", "s", "-h"}}) {
+    absl::StatusOr<Invocation> parsed = ParseCommandLine(args);
+    ASSERT_THAT(parsed, IsOk());
+    EXPECT_EQ(parsed->command, Command::kHelp);
+    EXPECT_THAT(parsed->help, HasSubstr("Exit codes"));
+    EXPECT_THAT(parsed->help, HasSubstr("usage: walfeed"));
+  }
+  EXPECT_THAT(ParseCommandLine({"tail", "--help"})->help, HasSubstr("--until"));
+  EXPECT_THAT(ParseCommandLine({"status", "--help"})->help, Not(HasSubstr("--until")));
+}
+
+TEST(FlagsTest, ExitCodes) {
+  EXPECT_EQ(ExitCodeFor(absl::OkStatus()), 0);
+  EXPECT_EQ(ExitCodeFor(absl::UnavailableError("x")), 1);
+  EXPECT_EQ(ExitCodeFor(absl::AbortedError("x")), 1);
+  EXPECT_EQ(ExitCodeFor(absl::InvalidArgumentError("x")), 2);
+  EXPECT_EQ(ExitCodeFor(absl::DataLossError("x")), 3);
+  EXPECT_EQ(ExitCodeFor(absl::NotFoundError("x")), 4);
+  EXPECT_EQ(ExitCodeFor(absl::PermissionDeniedError("x")), 4);
+  EXPECT_EQ(ExitCodeFor(absl::UnauthenticatedError("x")), 4);
+}
+
+}  // namespace
+}  // namespace walfeed::cli
