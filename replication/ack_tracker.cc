@@ -170,7 +170,11 @@ Lsn AckTracker::Confirmable() {
   // Release what every consumer has fully acked; what it proved safe moves to base_.
   while (!transactions_.empty()) {
     const Transaction& front = transactions_.front();
-    const bool empty_and_done = front.committed && front.delivered == 0;
+    // An open transaction is never released, even when every consumer's ack is past
+    // it (PostgreSQL re-sends acked transactions after a restart from a stored
+    // position that lags the acks): its remaining events and Commit still arrive.
+    if (!front.committed) break;
+    const bool empty_and_done = front.delivered == 0;
     if (!empty_and_done && !FullyAcked(front, slowest)) break;
     base_ = std::max({base_, front.end_lsn, front.keepalive_after});
     transactions_.pop_front();

@@ -310,3 +310,25 @@ TEST(AckTrackerCheckDeliveredTest, KnowsExactlyWhatWasDelivered) {
 
 }  // namespace
 }  // namespace walfeed::replication
+
+namespace walfeed::replication {
+namespace {
+
+// After a restart from a stored position that lags the acks, PostgreSQL re-sends
+// transactions every consumer already acked. A status update between such a
+// transaction's Begin and its first event must not release it.
+TEST(AckTrackerReleaseTest, AnOpenTransactionIsNeverReleased) {
+  AckTracker tracker(Lsn(0x1000));
+  ASSERT_TRUE(tracker.AddConsumer("c", EventId{Lsn(0x3000), 0}).ok());
+  ASSERT_TRUE(tracker.OnBegin(Lsn(0x2000)).ok());
+  (void)tracker.Confirmable();
+  EXPECT_EQ(tracker.tracked_transactions(), 1u);
+  ASSERT_TRUE(tracker.OnEvent(EventId{Lsn(0x2000), 0}).ok());
+  (void)tracker.Confirmable();
+  ASSERT_TRUE(tracker.OnCommit(Lsn(0x2000), Lsn(0x2030), 1).ok());
+  EXPECT_GE(tracker.Confirmable(), Lsn(0x2030));  // Committed and acked: now released.
+  EXPECT_EQ(tracker.tracked_transactions(), 0u);
+}
+
+}  // namespace
+}  // namespace walfeed::replication

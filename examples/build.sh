@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Makes the example consumers runnable: generates the Python and Go stubs from
+# proto/, builds the Go consumer, installs the Node modules, and writes one
+# launcher per language with the same command line:
+#
+#   bash examples/build.sh OUT
+#   OUT/bin/{python,node,go}-consumer --server HOST:PORT --stream S --consumer C \
+#       --out FILE [--ack-every N]
+#
+# Generated code goes to OUT only (it is never committed); the Node modules go to
+# examples/node/node_modules (npm ci, from the committed package-lock.json), and
+# are reinstalled only when the lock file changed. The CMake target
+# walfeed_example_clients runs this into <build>/examples.
+#
+# Needs (deploy/install-deps.sh installs them): protoc, grpc_python_plugin,
+# /usr/bin/python3 with python3-grpcio and python3-protobuf, go with
+# protoc-gen-go, protoc-gen-go-grpc and Debian's grpc-go and protobuf-go sources
+# (GOPATH mode: no module proxy needed), node and npm.
+set -euo pipefail
+
+if [ $# -ne 1 ]; then echo "usage: $0 OUT" >&2; exit 2; fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+mkdir -p "$1"
+out="$(cd "$1" && pwd)"
+proto=walfeed/v1/change_stream.proto
+for tool in protoc /usr/bin/grpc_python_plugin /usr/bin/python3 go protoc-gen-go \
+    protoc-gen-go-grpc node npm; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "examples/build.sh: $tool is missing: run deploy/install-deps.sh" >&2
+    exit 1
+  fi
+done
+mkdir -p "$out/bin"
+
+# Python: messages (_pb2) and stubs (_pb2_grpc) from the system protoc.
+rm -rf "$out/python"
+mkdir -p "$out/python/gen"
+protoc -I "$root/proto" --python_out="$out/python/gen" --grpc_python_out="$out/python/gen" \
+  --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin "$proto"
+/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null || {
+  echo "examples/build.sh: /usr/bin/python3 lacks grpc or protobuf: run deploy/install-deps.sh" >&2
+  exit 1
+}
+
+# Go, in GOPATH mode: the generated package lands at its go_package import path
+# (walfeed/gen/go/walfeed/v1) under OUT/go/src, next to a copy of the example.
+gopath="$out/go"
+rm -rf "$gopath/src" "$gopath/bin"
+mkdir -p "$gopath/src/walfeed/examples/go"
+protoc -I "$root/proto" --go_out="$gopath/src" --go-grpc_out="$gopath/src" "$proto"
+cp "$root/examples/go/main.go" "$gopath/src/walfeed/examples/go/"
+if [ -z "${HOME:-}" ] && [ -z "${GOCACHE:-}" ]; then export GOCACHE="$gopath/cache"; fi
+GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" \
+  go build -o "$out/bin/go-consumer" walfeed/examples/go
+
+# Node: the .proto is loaded at run time; only the modules are installed. flock:
+# two build directories share examples/node/node_modules.
+(
+  cd "$root/examples/node"
+  flock 9
+  if ! cmp -s package-lock.json node_modules/.walfeed-installed-lock 2>/dev/null; then
+    npm ci --no-audit --no-fund --loglevel=error
+    cp package-lock.json node_modules/.walfeed-installed-lock
+  fi
+) 9<"$root/examples/node/package.json"
+
+# Launchers: the same command line for every language.
+cat >"$out/bin/python-consumer" <<EOF
+#!/bin/sh
+PYTHONPATH="$out/python/gen\${PYTHONPATH:+:\$PYTHONPATH}" exec /usr/bin/python3 "$root/examples/python/consumer.py" "\$@"
+EOF
+cat >"$out/bin/node-consumer" <<EOF
+#!/bin/sh
+exec node "$root/examples/node/consumer.js" "\$@"
+EOF
+chmod +x "$out/bin/python-consumer" "$out/bin/node-consumer"
+echo "examples/build.sh: consumers ready in $out/bin"

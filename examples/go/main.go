@@ -1,0 +1,176 @@
+// Command go-consumer is a walfeed consumer: it appends every change event to a
+// file, then acks it.
+//
+//	go-consumer --server HOST:PORT --stream S --consumer C --out FILE [--ack-every N]
+//
+// Each event becomes one line "<id>\t<canonical JSON>" (examples/README.md
+// defines the JSON). A batch is written and fsynced before it is acked, so a
+// crash can only repeat events, never lose them: the server resumes after the
+// last durable ack. The stubs come from protoc-gen-go and protoc-gen-go-grpc
+// (see examples/build.sh).
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math/rand"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	walfeedv1 "walfeed/gen/go/walfeed/v1"
+)
+
+// Escapes of canonical JSON strings: only these and the other control
+// characters; encoding/json would also escape <, >, & and U+2028/U+2029.
+var escapes = map[rune]string{'"': `\"`, '\\': `\\`, '\b': `\b`, '\f': `\f`, '\n': `\n`, '\r': `\r`, '\t': `\t`}
+
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		if escaped, ok := escapes[r]; ok {
+			b.WriteString(escaped)
+		} else if r < 0x20 {
+			fmt.Fprintf(&b, `\u%04x`, r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String() + `"`
+}
+
+// canonical renders the event as canonical JSON: sorted keys, no spaces.
+func canonical(e *walfeedv1.ChangeEvent) string {
+	columns := func(values []*walfeedv1.ColumnValue) string {
+		parts := make([]string, len(values))
+		for i, v := range values {
+			parts[i] = fmt.Sprintf(`{"kind":%s,"name":%s,"text":%s}`,
+				quote(v.GetKind().String()), quote(v.GetName()), quote(v.GetText()))
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	return fmt.Sprintf(`{"new_values":%s,"old_values":%s,"op":%s,"schema":%s,"table":%s}`,
+		columns(e.GetNewValues()), columns(e.GetOldValues()), quote(e.GetOp().String()),
+		quote(e.GetSchema()), quote(e.GetTable()))
+}
+
+// openOutput opens path for appending, first cutting off a line torn by a crash.
+func openOutput(path string) (*os.File, error) {
+	if data, err := os.ReadFile(path); err == nil && len(data) > 0 && data[len(data)-1] != '\n' {
+		if err := os.Truncate(path, int64(bytes.LastIndexByte(data, '\n')+1)); err != nil {
+			return nil, err // The torn events were never acked: they come again.
+		}
+	}
+	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+}
+
+// consume runs one subscription until the server ends it, and returns its status.
+func consume(client walfeedv1.ChangeStreamClient, stream, consumer string, ackEvery int,
+	out *os.File, onStarted func()) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // Ends the subscription if an Ack failed.
+	// WaitForReady: while the server is unreachable, the call waits for the
+	// connection to come back instead of failing at once.
+	sub, err := client.Subscribe(ctx, &walfeedv1.SubscribeRequest{Stream: stream, Consumer: consumer},
+		grpc.WaitForReady(true))
+	if err != nil {
+		return err
+	}
+	var session, lastWritten string
+	pending := 0
+	for {
+		resp, err := sub.Recv()
+		if err == io.EOF {
+			return status.Error(codes.Unavailable, "the stream ended") // Never expected.
+		} else if err != nil {
+			return err
+		}
+		if started := resp.GetStarted(); started != nil { // Always first: names the session acks go to.
+			session = started.GetSessionId()
+			log.Printf("started session=%s checkpoint=%s", session, started.GetCheckpoint())
+			onStarted()
+			continue
+		}
+		if batch := resp.GetEvents(); batch != nil {
+			var lines strings.Builder
+			for _, e := range batch.GetEvents() {
+				lines.WriteString(e.GetId() + "\t" + canonical(e) + "\n")
+			}
+			if _, err := out.WriteString(lines.String()); err != nil {
+				log.Fatalf("walfeed consumer: %v", err)
+			}
+			if err := out.Sync(); err != nil { // Durable first ...
+				log.Fatalf("walfeed consumer: %v", err)
+			}
+			lastWritten = batch.GetEvents()[len(batch.GetEvents())-1].GetId()
+			pending++
+		}
+		// ... then ack, cumulatively: every --ack-every batches, and when idle.
+		if pending > 0 && (pending >= ackEvery || resp.GetProgress() != nil) {
+			if _, err := client.Ack(ctx, &walfeedv1.AckRequest{Stream: stream, Consumer: consumer,
+				SessionId: session, EventId: lastWritten}); err != nil {
+				return err
+			}
+			log.Printf("acked %s", lastWritten)
+			pending = 0
+		}
+	}
+}
+
+func main() {
+	server := flag.String("server", "", "HOST:PORT (plaintext)")
+	stream := flag.String("stream", "", "the stream's name")
+	consumer := flag.String("consumer", "", "the durable consumer name")
+	outPath := flag.String("out", "", "file the events are appended to")
+	ackEvery := flag.Int("ack-every", 1, "ack every N batches")
+	flag.Parse()
+	log.SetFlags(0)
+	rand.Seed(time.Now().UnixNano())
+	if *server == "" || *stream == "" || *consumer == "" || *outPath == "" {
+		log.Fatal("walfeed consumer: --server, --stream, --consumer and --out are required")
+	}
+	// Reconnect at most 5 s after the server is back (gRPC's default grows to 120 s).
+	reconnect := backoff.DefaultConfig
+	reconnect.MaxDelay = 5 * time.Second
+	conn, err := grpc.Dial(*server, grpc.WithInsecure(), grpc.WithConnectParams(
+		grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: 20 * time.Second}))
+	if err != nil {
+		log.Fatalf("walfeed consumer: %v", err)
+	}
+	client := walfeedv1.NewChangeStreamClient(conn)
+	out, err := openOutput(*outPath)
+	if err != nil {
+		log.Fatalf("walfeed consumer: %v", err)
+	}
+	attempt := 0
+	for {
+		err := consume(client, *stream, *consumer, *ackEvery, out, func() { attempt = 0 })
+		// Retried: UNAVAILABLE (server unreachable or restarting, stream
+		// reconnecting) and CANCELLED, which this consumer never causes itself (a
+		// server that is shutting down cancels calls that arrive then). DATA_LOSS,
+		// NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT, ABORTED ... need a human.
+		if s := status.Convert(err); s.Code() != codes.Unavailable && s.Code() != codes.Canceled {
+			log.Fatalf("walfeed consumer: %s: %s", s.Code(), s.Message())
+		}
+		// Capped exponential backoff with full jitter; the next Subscribe resumes
+		// after the server's durable checkpoint.
+		limit := 5 * time.Second
+		if attempt < 6 {
+			limit = time.Duration(100<<attempt) * time.Millisecond // 100ms .. 3.2s
+		}
+		delay := time.Duration(rand.Int63n(int64(limit)))
+		attempt++
+		log.Printf("retry in %dms: %s", delay.Milliseconds(), status.Convert(err).Message())
+		time.Sleep(delay)
+	}
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env node
+// A walfeed consumer: appends every change event to a file, then acks it.
+//
+//   node consumer.js --server HOST:PORT --stream S --consumer C --out FILE [--ack-every N]
+//
+// Each event becomes one line "<id>\t<canonical JSON>" (examples/README.md defines
+// the JSON). A batch is written and fsynced before it is acked, so a crash can
+// only repeat events, never lose them: the server resumes after the last durable
+// ack. The API is loaded from the .proto at run time; nothing is generated.
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const { parseArgs } = require('util');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+// keepCase: fields keep their proto names (new_values, session_id): without it
+// proto-loader expects camelCase and silently drops snake_case request fields.
+// oneofs: each response says which frame it holds (`frame`). The import
+// google/protobuf/timestamp.proto is bundled with protobufjs.
+const PROTO_DIR = process.env.WALFEED_PROTO_DIR || path.join(__dirname, '..', '..', 'proto');
+const definition = protoLoader.loadSync('walfeed/v1/change_stream.proto', {
+  includeDirs: [PROTO_DIR], keepCase: true, oneofs: true, longs: String, enums: String, defaults: true,
+});
+const { ChangeStream } = grpc.loadPackageDefinition(definition).walfeed.v1;
+
+// The event as canonical JSON: keys inserted in sorted order, no spaces.
+function canonical(e) {
+  const columns = (values) => values.map((v) => ({ kind: v.kind, name: v.name, text: v.text }));
+  return JSON.stringify({
+    new_values: columns(e.new_values), old_values: columns(e.old_values),
+    op: e.op, schema: e.schema, table: e.table,
+  });
+}
+
+// Opens FILE for appending, first cutting off a line torn by a crash.
+function openOutput(file) {
+  if (fs.existsSync(file)) {
+    const data = fs.readFileSync(file);
+    if (data.length && data[data.length - 1] !== 0x0a) {
+      fs.truncateSync(file, data.lastIndexOf(0x0a) + 1); // Those events were never acked.
+    }
+  }
+  return fs.openSync(file, 'a');
+}
+
+// One subscription, until the server ends it (the iterator throws its status).
+async function consume(client, args, fd, onStarted) {
+  const ack = (request) => new Promise((resolve, reject) =>
+    client.Ack(request, (err, response) => (err ? reject(err) : resolve(response))));
+  // waitForReady: while the server is unreachable, the call waits for the
+  // channel to reconnect instead of failing at once.
+  const call = client.Subscribe({ stream: args.stream, consumer: args.consumer },
+    new grpc.Metadata({ waitForReady: true }));
+  let session = '';
+  let lastWritten = '';
+  let pending = 0;
+  try {
+    for await (const response of call) {
+      if (response.frame === 'started') { // Always first: names the session acks go to.
+        session = response.started.session_id;
+        console.error(`started session=${session} checkpoint=${response.started.checkpoint}`);
+        onStarted();
+        continue;
+      }
+      if (response.frame === 'events') {
+        const events = response.events.events;
+        fs.writeSync(fd, events.map((e) => `${e.id}\t${canonical(e)}\n`).join(''));
+        fs.fsyncSync(fd); // Durable first ...
+        lastWritten = events[events.length - 1].id;
+        pending += 1;
+      }
+      // ... then ack, cumulatively: every --ack-every batches, and when idle.
+      if (pending && (pending >= args.ackEvery || response.frame === 'progress')) {
+        await ack({ stream: args.stream, consumer: args.consumer, session_id: session,
+          event_id: lastWritten });
+        console.error(`acked ${lastWritten}`);
+        pending = 0;
+      }
+    }
+  } finally {
+    call.cancel(); // Ends the subscription if an Ack failed; harmless otherwise.
+  }
+}
+
+async function main() {
+  const { values } = parseArgs({ options: {
+    server: { type: 'string' }, stream: { type: 'string' }, consumer: { type: 'string' },
+    out: { type: 'string' }, 'ack-every': { type: 'string', default: '1' } } });
+  const args = { ...values, ackEvery: Number(values['ack-every']) };
+  for (const name of ['server', 'stream', 'consumer', 'out']) {
+    if (!args[name]) throw new Error(`--${name} is required`);
+  }
+  // Reconnect at most 5 s after the server is back (gRPC's default grows to 120 s).
+  const client = new ChangeStream(args.server, grpc.credentials.createInsecure(),
+    { 'grpc.max_reconnect_backoff_ms': 5000 });
+  const fd = openOutput(args.out);
+  let attempt = 0;
+  for (;;) {
+    let reason = 'the stream ended'; // The server always ends with a status.
+    try {
+      await consume(client, args, fd, () => { attempt = 0; });
+    } catch (err) {
+      // Retried: UNAVAILABLE (server unreachable or restarting, stream reconnecting)
+      // and CANCELLED, which this consumer never causes itself (a server that is
+      // shutting down cancels calls that arrive then). DATA_LOSS, NOT_FOUND,
+      // PERMISSION_DENIED, INVALID_ARGUMENT, ABORTED ... need a human.
+      if (err.code !== grpc.status.UNAVAILABLE && err.code !== grpc.status.CANCELLED) {
+        console.error(`walfeed consumer: ${grpc.status[err.code] ?? 'ERROR'}: ${err.details ?? err.message}`);
+        process.exit(1);
+      }
+      reason = err.details;
+    }
+    // Capped exponential backoff with full jitter; the next Subscribe resumes
+    // after the server's durable checkpoint.
+    const delayMs = Math.random() * Math.min(5000, 100 * 2 ** attempt);
+    attempt += 1;
+    console.error(`retry in ${Math.round(delayMs)}ms: ${reason}`);
+    await new Promise((resolve) => setTimeout(resolve, delayMs));
+  }
+}
+
+main().catch((err) => { console.error(`walfeed consumer: ${err.message}`); process.exit(2); });
