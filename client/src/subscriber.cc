@@ -8,7 +8,9 @@
 // for "a frame, the end of the stream, Stop, an Ack request or a deadline", then
 // calls the handler and sends acks itself, outside the lock. A hold on the
 // reactor keeps OnDone from running until Run has finished with the call, so Run
-// may start reads and cancel safely from its own thread.
+// may start reads and cancel safely from its own thread. Run also owns the
+// reactor and destroys it after OnDone, so no gRPC object of the call (its
+// ClientContext holds the channel) outlives Session::Run or dies on a gRPC thread.
 #include "walfeed/subscriber.h"
 
 #include <grpcpp/grpcpp.h>
@@ -163,8 +165,19 @@ absl::Status Validate(const SubscriberOptions& options) {
   return absl::OkStatus();
 }
 
-// The reactor of one Subscribe call. Owned by gRPC: it deletes itself in OnDone,
-// which the hold taken in Start delays until Run calls Release.
+// The reactor of one Subscribe call. Session::Run owns it and destroys it on its
+// own thread once OnDone has published the final status; the hold taken in Start
+// keeps OnDone from running until Run calls Release.
+//
+// Why not `delete this` in OnDone: the ClientContext keeps a reference to the
+// grpc::Channel, and OnDone runs on a thread of gRPC's callback completion queue.
+// Once `done` is published, Subscriber::Run may return and drop its own channel
+// references, making the context's the last one; ~Channel would then run on that
+// callback thread and shut down the shared callback completion queue under the
+// thread still polling it (its join of itself fails and is ignored), which ends
+// in a double free in grpc_cq_internal_unref. Destroyed by Session::Run instead,
+// the context (and with it the call) goes on Run's thread, before Run lets go of
+// the stub and the channel.
 class Call final : public grpc::ClientReadReactor<SubscribeResponse> {
  public:
   explicit Call(std::shared_ptr<Core> core) : core_(std::move(core)) {}
@@ -180,7 +193,7 @@ class Call final : public grpc::ClientReadReactor<SubscribeResponse> {
   }
   // Only after the previous read was taken (Core::frame_ready went false).
   void ReadNext() { StartRead(&incoming_); }
-  // Run is done with the call: OnDone may run (and delete this) from now on.
+  // Run is done with the call: OnDone may run from now on.
   void Release() { RemoveHold(); }
 
   void OnReadDone(bool ok) override {
@@ -192,16 +205,17 @@ class Call final : public grpc::ClientReadReactor<SubscribeResponse> {
       core_->read_ended = true;
     }
   }
+  // The last use of `this`: once `done` is set, Run may destroy the Call (and the
+  // Subscriber) at any moment, so the lock is taken through a reference of its
+  // own that keeps the mutex alive until the unlock has returned.
   void OnDone(const grpc::Status& status) override {
-    {
-      absl::MutexLock lock(&core_->mu);
-      core_->done = status;
-    }
-    delete this;
+    const std::shared_ptr<Core> core = core_;
+    absl::MutexLock lock(&core->mu);
+    core->done = status;
   }
 
  private:
-  std::shared_ptr<Core> core_;  // Keeps the core alive until OnDone returns.
+  std::shared_ptr<Core> core_;
   grpc::ClientContext context_;
   SubscribeRequest request_;
   SubscribeResponse incoming_;
@@ -272,7 +286,7 @@ absl::Time Session::AckDeadline() const {
 }
 
 SessionEnd Session::Run(const std::string& start_after) {
-  auto* call = new Call(core_);
+  auto call = std::make_unique<Call>(core_);
   SubscribeRequest& request = call->request();
   request.set_stream(options_.stream);
   request.set_consumer(options_.consumer);
@@ -372,6 +386,9 @@ SessionEnd Session::Run(const std::string& start_after) {
     core_->mu.Await(absl::Condition(core_.get(), &Core::CallDone));
     final_status = *core_->done;
   }
+  // OnDone was called, so the reactor may go; its context goes with it, here,
+  // while Subscriber::Run still holds the channel (see Call).
+  call.reset();
 
   if (end_) {
     end_->started = started_;

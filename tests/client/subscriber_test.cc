@@ -372,6 +372,31 @@ TEST_F(SubscriberTest, StartAfterHoldsUntilTheCheckpointPassesIt) {
   EXPECT_EQ(subscriber.checkpoint(), "0/6:0");
 }
 
+TEST_F(SubscriberTest, NothingOfTheCallOutlivesRun) {
+  // The call's ClientContext holds a reference to the channel. Were it still
+  // alive when Run returned, the reference would be dropped on gRPC's callback
+  // thread, and if it was the last one (Run dialed the channel itself) ~Channel
+  // would tear down the callback completion queue under that thread. With the
+  // caller's channel, any reference left after Run shows the leak, no race needed
+  // to win; the repeats catch a reactor that finishes only after Run returned.
+  service_.Script([](int, grpc::ServerContext*, grpc::ServerWriter<SubscribeResponse>* w) {
+    w->Write(Started("s1"));
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "done");
+  });
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(Options());
+  ASSERT_THAT(channel, IsOk());
+  for (int i = 0; i < 20; ++i) {
+    {
+      SubscriberOptions options = Options();
+      options.channel = *channel;
+      Subscriber subscriber(options);
+      EXPECT_THAT(subscriber.Run([](const Batch&) { return absl::OkStatus(); }),
+                  StatusIs(absl::StatusCode::kNotFound));
+    }
+    ASSERT_EQ(channel->use_count(), 1) << "run " << i << ": the call's context is still alive";
+  }
+}
+
 TEST_F(SubscriberTest, RequestCarriesTheOptions) {
   service_.Script([](int, grpc::ServerContext*, grpc::ServerWriter<SubscribeResponse>*) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "done");

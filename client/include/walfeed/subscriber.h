@@ -262,7 +262,7 @@ class Subscriber {
  private:
   const SubscriberOptions options_;
   // State shared with Stop/Ack callers and with the gRPC reactor of the current
-  // call (which may outlive the Subscriber by its final callback).
+  // call (whose final callback may still be unlocking it when Run returns).
   std::shared_ptr<internal_subscriber::Core> core_;
 };
 
