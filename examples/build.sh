@@ -6,6 +6,8 @@
 #   bash examples/build.sh OUT
 #   OUT/bin/{python,node,go}-consumer --server HOST:PORT --stream S --consumer C \
 #       --out FILE [--ack-every N]
+#   OUT/bin/python-effect-once --server HOST:PORT --stream S --consumer C \
+#       --dest-dsn DSN [--crash-after-commit N]   (exactly-once effects in PostgreSQL)
 #
 # Generated code goes to OUT only (it is never committed); the Node modules go to
 # examples/node/node_modules (npm ci, from the committed package-lock.json), and
@@ -13,7 +15,7 @@
 # walfeed_example_clients runs this into <build>/examples.
 #
 # Needs (deploy/install-deps.sh installs them): protoc, grpc_python_plugin,
-# /usr/bin/python3 with python3-grpcio and python3-protobuf, go with
+# /usr/bin/python3 with python3-grpcio, python3-protobuf and python3-psycopg2, go with
 # protoc-gen-go, protoc-gen-go-grpc and Debian's grpc-go and protobuf-go sources
 # (GOPATH mode: no module proxy needed), node and npm.
 set -euo pipefail
@@ -37,8 +39,8 @@ rm -rf "$out/python"
 mkdir -p "$out/python/gen"
 protoc -I "$root/proto" --python_out="$out/python/gen" --grpc_python_out="$out/python/gen" \
   --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin "$proto"
-/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null || {
-  echo "examples/build.sh: /usr/bin/python3 lacks grpc or protobuf: run deploy/install-deps.sh" >&2
+/usr/bin/python3 -c 'import grpc, google.protobuf, psycopg2' 2>/dev/null || {
+  echo "examples/build.sh: /usr/bin/python3 lacks grpc, protobuf or psycopg2: run deploy/install-deps.sh" >&2
   exit 1
 }
 
@@ -69,9 +71,14 @@ cat >"$out/bin/python-consumer" <<EOF
 #!/bin/sh
 PYTHONPATH="$out/python/gen\${PYTHONPATH:+:\$PYTHONPATH}" exec /usr/bin/python3 "$root/examples/python/consumer.py" "\$@"
 EOF
+# effect_once.py imports watermark.py from its own directory (sys.path[0]).
+cat >"$out/bin/python-effect-once" <<EOF
+#!/bin/sh
+PYTHONPATH="$out/python/gen\${PYTHONPATH:+:\$PYTHONPATH}" exec /usr/bin/python3 "$root/examples/python/effect_once.py" "\$@"
+EOF
 cat >"$out/bin/node-consumer" <<EOF
 #!/bin/sh
 exec node "$root/examples/node/consumer.js" "\$@"
 EOF
-chmod +x "$out/bin/python-consumer" "$out/bin/node-consumer"
+chmod +x "$out/bin/python-consumer" "$out/bin/python-effect-once" "$out/bin/node-consumer"
 echo "examples/build.sh: consumers ready in $out/bin"

@@ -17,6 +17,9 @@
 //     increase strictly within each run;
 //   - a status no retry can fix (NOT_FOUND, INVALID_ARGUMENT) ends it with exit
 //     code 1 and the server's message.
+// And for Python's transactional watermark (examples/python/watermark.py, run by
+// effect_once.py): a consumer killed between its destination COMMIT and its ack
+// applies every event exactly once across the restart.
 //
 // The consumers are made runnable by examples/build.sh (CMake target
 // walfeed_example_clients, a dependency of this test) into <build>/examples/bin.
@@ -27,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -423,8 +427,8 @@ class ClientInteropTest : public ::testing::TestWithParam<std::string> {
     }
   }
 
-  // The consumer's durable checkpoint, from GetStatus.
-  std::string Checkpoint() {
+  // A consumer's durable checkpoint, from GetStatus.
+  std::string Checkpoint(const std::string& name = kConsumer) {
     walfeed::v1::GetStatusRequest request;
     request.set_stream(kStream);
     walfeed::v1::GetStatusResponse response;
@@ -434,7 +438,7 @@ class ClientInteropTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(status.ok()) << status.error_message();
     for (const auto& stream : response.streams()) {
       for (const auto& consumer : stream.consumers()) {
-        if (consumer.name() == kConsumer) return consumer.checkpoint();
+        if (consumer.name() == name) return consumer.checkpoint();
       }
     }
     return "";
@@ -682,6 +686,142 @@ TEST_P(ClientInteropTest, StatusesNoRetryCanFixEndTheConsumer) {
 
 INSTANTIATE_TEST_SUITE_P(Languages, ClientInteropTest,
                          ::testing::Values("python", "node", "go"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+// examples/python/effect_once.py + watermark.py, Python only: effects in a second
+// database of the same cluster, each event's effect exactly once although the
+// consumer dies between its destination COMMIT and its ack.
+class EffectOnceTest : public ClientInteropTest {
+ protected:
+  static constexpr char kEffectConsumer[] = "effect-once";
+
+  ConsumerProcess* StartEffectOnce(int port, const std::string& name, int crash_after_commit) {
+    std::vector<std::string> argv = {
+        absl::StrCat(WALFEED_EXAMPLES_BIN, "/python-effect-once"),
+        "--server", absl::StrCat("127.0.0.1:", port),
+        "--stream", kStream,
+        "--consumer", kEffectConsumer,
+        "--dest-dsn", pg_->ConnInfo("dest")};
+    if (crash_after_commit > 0) {
+      argv.insert(argv.end(), {"--crash-after-commit", absl::StrCat(crash_after_commit)});
+    }
+    absl::StatusOr<std::unique_ptr<ConsumerProcess>> process =
+        ConsumerProcess::Spawn(argv, absl::StrCat(dir_, "/", name, ".log"));
+    EXPECT_THAT(process, IsOk());
+    if (!process.ok()) return nullptr;
+    processes_.push_back(std::move(*process));
+    return processes_.back().get();
+  }
+
+  // Rows first .. last of items, `per_transaction` rows per transaction: one
+  // INSERT event each.
+  void InsertRows(int first, int last, int per_transaction) {
+    for (int from = first; from <= last; from += per_transaction) {
+      const int to = std::min(last, from + per_transaction - 1);
+      ASSERT_THAT(pg_->Exec(absl::StrCat("INSERT INTO items SELECT g, 'row-' || g, g, NULL "
+                                         "FROM generate_series(",
+                                         from, ", ", to, ") g")),
+                  IsOk());
+    }
+  }
+
+  // The destination's applied_effects.event_id, every row in id order (empty
+  // while the table does not exist yet).
+  std::vector<std::string> AppliedEffects() {
+    absl::StatusOr<std::vector<std::string>> ids = pg_->Query(
+        "SELECT event_id FROM applied_effects ORDER BY commit_lsn, idx",
+        "dest");
+    return ids.ok() ? *ids : std::vector<std::string>{};
+  }
+
+  std::string StoredWatermark() {
+    absl::StatusOr<std::string> id = pg_->QueryValue(
+        absl::StrCat("SELECT coalesce(last_id, '') FROM walfeed_watermark WHERE consumer = '",
+                     kEffectConsumer, "' AND stream = '", kStream, "'"),
+        "dest");
+    EXPECT_THAT(id, IsOk());
+    return id.value_or("");
+  }
+};
+
+TEST_P(EffectOnceTest, EffectOnceSurvivesACrashBetweenCommitAndAck) {
+  const absl::Time begin = absl::Now();
+  ASSERT_THAT(pg_->Exec("CREATE DATABASE dest"), IsOk());
+  StartServer(0);
+  ASSERT_TRUE(server_);
+  const int port = server_->port();
+  ASSERT_THAT(reference_.Start(stub_.get()), IsOk());
+  // 12 events in 4 transactions before the consumer starts; with at most 4
+  // events per batch (the server's config) they take at least 3 batches.
+  constexpr int kFirstRows = 12;
+  InsertRows(1, kFirstRows, 3);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_THAT(reference_.ReadUntil(kFirstRows), IsOk());
+
+  // 1. It commits batch 1 and acks it, commits batch 2 and dies before the ack.
+  ConsumerProcess* first = StartEffectOnce(port, "effect-run1", 2);
+  ASSERT_NE(first, nullptr);
+  absl::StatusOr<int> code = first->WaitForExit(kDeadline);
+  ASSERT_THAT(code, IsOk()) << first->Log();
+  ASSERT_EQ(*code, 137) << first->Log();
+  const std::string log1 = first->Log();
+  ASSERT_THAT(log1, HasSubstr("crashing after commit 2, before its ack"));
+  ASSERT_EQ(LogValues(log1, "acked ").size(), 1u) << log1;
+  // The crash window really happened: the destination is ahead of walfeed.
+  const std::string watermark_at_crash = StoredWatermark();
+  const std::string checkpoint_at_crash = Checkpoint(kEffectConsumer);
+  ASSERT_FALSE(watermark_at_crash.empty());
+  ASSERT_FALSE(checkpoint_at_crash.empty()) << "batch 1 was acked";
+  EXPECT_EQ(checkpoint_at_crash, LogValues(log1, "acked ")[0]);
+  EXPECT_LT(LineId(checkpoint_at_crash), LineId(watermark_at_crash));
+  const std::vector<std::string> applied_at_crash = AppliedEffects();
+  ASSERT_FALSE(applied_at_crash.empty());
+  EXPECT_EQ(applied_at_crash.back(), watermark_at_crash);
+
+  // 2. More changes while it is down, then a restart without the crash.
+  constexpr int kTotalRows = 20;
+  InsertRows(kFirstRows + 1, kTotalRows, 2);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_THAT(reference_.ReadUntil(kTotalRows), IsOk());
+  const std::vector<ChangeEvent>& events = reference_.events();
+  ASSERT_EQ(events.size(), static_cast<size_t>(kTotalRows));
+  const std::string last_id = events.back().id();
+  const absl::Time restarted = absl::Now();
+  ConsumerProcess* second = StartEffectOnce(port, "effect-run2", 0);
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return AppliedEffects().size() >= events.size(); }, kDeadline))
+      << second->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Checkpoint(kEffectConsumer) == last_id; }, kDeadline))
+      << second->Log();
+  const absl::Time caught_up = absl::Now();
+  const std::string log2 = second->Log();
+  second->Signal(SIGTERM);
+
+  // It resumed after the destination's watermark, not after walfeed's checkpoint.
+  const std::vector<std::string> started = LogValues(log2, "started ");
+  ASSERT_EQ(started.size(), 1u) << log2;
+  EXPECT_THAT(started[0], HasSubstr(absl::StrCat("checkpoint=", checkpoint_at_crash, " ")));
+  EXPECT_THAT(started[0], HasSubstr(absl::StrCat("start_after=", watermark_at_crash)));
+
+  // Every event's effect exactly once, in id order, nothing missing.
+  std::vector<std::string> expected;
+  for (const ChangeEvent& event : events) expected.push_back(event.id());
+  EXPECT_EQ(AppliedEffects(), expected);
+  std::map<std::string, int> times;
+  for (const std::string& id : AppliedEffects()) ++times[id];
+  for (const std::string& id : expected) EXPECT_EQ(times[id], 1) << id;
+  EXPECT_EQ(StoredWatermark(), last_id);
+
+  std::cout << "[effect-once] " << events.size() << " events; run 1 committed through "
+            << watermark_at_crash << " (" << applied_at_crash.size()
+            << " effects) and died with the checkpoint at " << checkpoint_at_crash
+            << "; run 2 caught up in " << (caught_up - restarted) << "; total "
+            << (absl::Now() - begin) << std::endl;
+}
+
+INSTANTIATE_TEST_SUITE_P(Python, EffectOnceTest, ::testing::Values("python"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
