@@ -257,9 +257,12 @@ absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
       ++stats_.below_checkpoint;
       return absl::OkStatus();
     }
+    {
+      // Counted before the sink sees it, so whoever the sink wakes reads the count.
+      absl::MutexLock lock(&stats_mu_);
+      ++stats_.events;
+    }
     sink_->OnEvent(std::move(*event));
-    absl::MutexLock lock(&stats_mu_);
-    ++stats_.events;
     return absl::OkStatus();
   }
   if (auto* committed = absl::get_if<TransactionCommitted>(&output)) {
@@ -271,10 +274,12 @@ absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
                                                committed->event_count));
     last_committed_ = committed->commit_lsn;
     open_.reset();
+    {
+      absl::MutexLock lock(&stats_mu_);
+      ++stats_.transactions;
+      stats_.server_wal_end = std::max(stats_.server_wal_end, committed->end_lsn);
+    }
     sink_->OnCommit(*committed);
-    absl::MutexLock lock(&stats_mu_);
-    ++stats_.transactions;
-    stats_.server_wal_end = std::max(stats_.server_wal_end, committed->end_lsn);
     return absl::OkStatus();
   }
   // A non-transactional logical message: no commit LSN to anchor an id, and it may
