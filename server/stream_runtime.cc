@@ -439,16 +439,10 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
 }
 
 void StreamRuntime::TrimLocked() {
-  if (consumers_.empty()) {
-    // Nobody to hold events for: keep them only while there is room, so a first
-    // consumer still finds the newest ones.
-    while (buffer_bytes_ > options_.buffer_bytes / 2 && !buffer_.empty()) {
-      trimmed_ = buffer_.front().id;
-      buffer_bytes_ -= buffer_.front().bytes;
-      buffer_.pop_front();
-    }
-    return;
-  }
+  // With no consumer yet nothing is dropped: the slot does not advance without
+  // one either, so the reader simply waits (backpressure) and the first consumer
+  // gets everything from the stream's position, whenever it subscribes.
+  if (consumers_.empty()) return;
   EventId floor = consumers_.begin()->second.checkpoint;
   for (const auto& [name, consumer] : consumers_) floor = std::min(floor, consumer.checkpoint);
   while (!buffer_.empty() && buffer_.front().id <= floor) {

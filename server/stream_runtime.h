@@ -18,7 +18,9 @@
 // finds everything after its checkpoint. When the buffer is full the reader stops
 // reading (StreamSink::HasRoom) and PostgreSQL holds the rest; status updates
 // keep flowing. The cost: a registered consumer that stays away holds the buffer,
-// and, once it is full, the stream (GetStatus shows who).
+// and, once it is full, the stream (GetStatus shows who). Before any consumer
+// exists nothing is dropped either, so the first consumer starts at the stream's
+// position however late it subscribes.
 //
 // Locks: a session's listener lock, then the runtime's mutex; the runtime never
 // calls a listener while holding its mutex.
