@@ -1,5 +1,7 @@
 #include "walfeed/pg_watermark.h"
 
+#include <libpq-fe.h>
+
 #include <memory>
 #include <utility>
 #include <vector>

@@ -57,8 +57,6 @@
 #ifndef WALFEED_CLIENT_INCLUDE_WALFEED_PG_WATERMARK_H_
 #define WALFEED_CLIENT_INCLUDE_WALFEED_PG_WATERMARK_H_
 
-#include <libpq-fe.h>
-
 #include <functional>
 #include <optional>
 #include <string>
@@ -67,6 +65,11 @@
 #include "absl/status/statusor.h"
 #include "walfeed/event_id.h"
 #include "walfeed/subscriber.h"
+
+// libpq's connection handle, declared as libpq-fe.h declares it, so this header
+// does not pull libpq into every file that includes it: only pg_watermark.cc
+// (the one place in client/ that calls libpq) includes libpq-fe.h.
+typedef struct pg_conn PGconn;
 
 namespace walfeed {
 
