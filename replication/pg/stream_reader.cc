@@ -130,12 +130,14 @@ absl::Status StreamReader::RunSession(Lsn start) {
   }
   assembler_.Reset(start);
   skipping_ = false;
-  reply_burst_start_ = absl::InfinitePast();
-  reply_burst_count_ = 0;
+  last_status_sent_ = absl::InfinitePast();
+  quick_requests_ = 0;
 
   absl::Duration interval = options_.max_feedback_interval;
+  ping_floor_ = absl::InfiniteDuration();  // Timeout 0: the walsender never pings.
   if (conn->wal_sender_timeout() > absl::ZeroDuration()) {
     interval = std::min(interval, conn->wal_sender_timeout() / 2);
+    ping_floor_ = conn->wal_sender_timeout() / 4;
   }
   Logger()->info("stream {}: streaming slot {} from {} (status every {})",
                  options_.stream_name, options_.slot_name, start.ToString(),
@@ -192,15 +194,13 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
     stats_.server_wal_end = std::max(stats_.server_wal_end, keepalive->wal_end);
     if (keepalive->reply_requested) {
       *reply_now = true;
-      const absl::Time now = absl::Now();
-      if (now - reply_burst_start_ > absl::Seconds(1)) {
-        reply_burst_start_ = now;
-        reply_burst_count_ = 0;
-      }
-      if (++reply_burst_count_ >= kShutdownReplyBurst) {
+      if (absl::Now() - last_status_sent_ >= ping_floor_) {
+        quick_requests_ = 0;  // Could be an ordinary timeout ping.
+      } else if (++quick_requests_ >= kShutdownQuickRequests) {
         return absl::UnavailableError(absl::StrCat(
-            "PostgreSQL asked ", reply_burst_count_,
-            " times within a second for confirmation of everything it sent (up to ",
+            "PostgreSQL asked ", quick_requests_,
+            " times in a row, each time right after walfeed's reply, for "
+            "confirmation of everything it sent (up to ",
             keepalive->wal_end.ToString(),
             "): it is shutting down and waits for a position walfeed cannot confirm "
             "until it is acked and stored; closing the connection so the shutdown can "
@@ -315,6 +315,7 @@ absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn) {
   update.client_time = copy_data::ToPostgresMicros(now);
   const auto bytes = copy_data::Encode(update);
   WALFEED_RETURN_IF_ERROR(conn.Send(bytes));
+  last_status_sent_ = absl::Now();
   absl::MutexLock lock(&stats_mu_);
   ++stats_.status_updates;
   stats_.confirmed_sent = durable_;

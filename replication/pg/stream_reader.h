@@ -30,10 +30,14 @@
 // * A shutting-down walsender (pg_ctl stop -m fast) waits until the client has
 //   confirmed everything it sent, asking again the moment each reply arrives
 //   (PG 15 WalSndDone). walfeed confirms only what is acked and stored, and the
-//   store is that very server, so the wait would never end: a burst of reply
-//   requests (kShutdownReplyBurst within a second; a live walsender asks at most
-//   every wal_sender_timeout / 2) ends the session as transient, letting the
-//   shutdown finish; the reader resumes from its stored position afterwards.
+//   store is that very server, so the wait would never end. A live walsender
+//   requests a reply only when wal_sender_timeout / 2 passed without hearing from
+//   us (never when the timeout is 0); a request arriving sooner after our last
+//   status update can only come from the shutdown wait. kShutdownQuickRequests
+//   such requests in a row end the session as transient, letting the shutdown
+//   finish; the reader resumes from its stored position afterwards. Counting
+//   requests rather than a rate keeps this independent of how long each reply
+//   takes (storing the position may itself wait on the stopping server).
 #ifndef WALFEED_REPLICATION_PG_STREAM_READER_H_
 #define WALFEED_REPLICATION_PG_STREAM_READER_H_
 
@@ -154,8 +158,8 @@ class StreamReader {
   void WaitForWake(absl::Duration timeout);
   void DrainWakeFd();
 
-  // Reply requests within one second that mean "the walsender is shutting down".
-  static constexpr int kShutdownReplyBurst = 100;
+  // Consecutive early reply requests that mean "the walsender is shutting down".
+  static constexpr int kShutdownQuickRequests = 10;
 
   const ReaderOptions options_;
   AckTracker* const tracker_;
@@ -172,8 +176,11 @@ class StreamReader {
   std::optional<OpenTransaction> open_;  // Begun and partly delivered.
   bool skipping_ = false;    // Inside a transaction re-sent after a reconnect.
   bool last_session_streamed_ = false;  // The last session received data.
-  absl::Time reply_burst_start_ = absl::InfinitePast();  // Window of reply requests.
-  int reply_burst_count_ = 0;
+  absl::Time last_status_sent_ = absl::InfinitePast();  // Our last status update.
+  // A reply request sooner than this after our last status update is not a
+  // timeout ping (those come wal_sender_timeout / 2 after it; margin halves it).
+  absl::Duration ping_floor_ = absl::InfiniteDuration();
+  int quick_requests_ = 0;  // Consecutive reply requests sooner than ping_floor_.
   std::vector<TransactionAssembler::Output> outputs_;  // Reused per frame.
 
   mutable absl::Mutex stats_mu_;
