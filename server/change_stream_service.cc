@@ -1,9 +1,13 @@
 #include "server/change_stream_service.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 #include "replication/pg/slot_report.h"
 #include "spdlog/spdlog.h"
 
@@ -32,15 +36,23 @@ absl::StatusOr<replication::EventId> ParseId(absl::string_view field, absl::stri
   return id;
 }
 
+// A ByteBuffer that takes `bytes` over instead of copying them.
+grpc::ByteBuffer OwningBuffer(std::string bytes) {
+  auto* owned = new std::string(std::move(bytes));
+  grpc::Slice slice(
+      owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); }, owned);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 // A Subscribe that ends before it starts: finishes with `status` at once.
-class FailedSubscribe : public grpc::ServerWriteReactor<walfeed::v1::SubscribeResponse> {
+class FailedSubscribe : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit FailedSubscribe(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
 };
 
 // One Subscribe call: pulls frames from the runtime, one write in flight.
-class SubscribeReactor : public grpc::ServerWriteReactor<walfeed::v1::SubscribeResponse>,
+class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                          public SessionListener {
  public:
   SubscribeReactor(StreamRuntime* runtime, std::shared_ptr<Session> session)
@@ -85,8 +97,10 @@ class SubscribeReactor : public grpc::ServerWriteReactor<walfeed::v1::SubscribeR
         finish = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
       } else {
         std::optional<absl::Status> end;
-        if (runtime_->NextFrame(*session_, &frame_, &end)) {
+        std::string bytes;
+        if (runtime_->NextFrame(*session_, &bytes, &end)) {
           writing_ = true;
+          frame_ = OwningBuffer(std::move(bytes));
         } else if (end) {
           finished_ = true;
           finish = ToGrpc(*end);
@@ -109,7 +123,7 @@ class SubscribeReactor : public grpc::ServerWriteReactor<walfeed::v1::SubscribeR
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  walfeed::v1::SubscribeResponse frame_;  // Owned by the write in flight while writing_.
+  grpc::ByteBuffer frame_;  // Owned by the write in flight while writing_.
 };
 
 }  // namespace
@@ -166,8 +180,16 @@ absl::StatusOr<SessionOptions> ChangeStreamService::OptionsFor(
   return options;
 }
 
-grpc::ServerWriteReactor<walfeed::v1::SubscribeResponse>* ChangeStreamService::Subscribe(
-    grpc::CallbackServerContext* context, const walfeed::v1::SubscribeRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ChangeStreamService::Subscribe(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request) {
+  walfeed::v1::SubscribeRequest parsed;
+  if (grpc::ByteBuffer copy(*raw_request);  // Shares the slices; Deserialize consumes it.
+      !grpc::SerializationTraits<walfeed::v1::SubscribeRequest>::Deserialize(&copy, &parsed)
+           .ok()) {
+    return new FailedSubscribe(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                            "the request is not a walfeed.v1.SubscribeRequest"));
+  }
+  const walfeed::v1::SubscribeRequest* request = &parsed;
   absl::Status status = Authorize(context, Right::kSubscribe, request->stream());
   if (!status.ok()) return new FailedSubscribe(ToGrpc(status));
   absl::StatusOr<StreamRuntime*> runtime = Find(request->stream());

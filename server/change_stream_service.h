@@ -5,6 +5,11 @@
 // which wait on a durable write or on PostgreSQL, run on a WorkerPool and finish
 // the call from there. Statuses from the runtime (absl) map one to one onto gRPC
 // codes.
+//
+// Subscribe is registered raw (request and responses as bytes): the runtime holds
+// events serialized and composes each events frame from those bytes
+// (events_frame.h), so gRPC sends them without a parse and a second serialization.
+// The request is parsed here; the wire contract is the .proto's all the same.
 #ifndef WALFEED_SERVER_CHANGE_STREAM_SERVICE_H_
 #define WALFEED_SERVER_CHANGE_STREAM_SERVICE_H_
 
@@ -31,7 +36,12 @@ struct SubscribeDefaults {
 // Maps an absl::Status onto the gRPC status with the same code and message.
 grpc::Status ToGrpc(const absl::Status& status);
 
-class ChangeStreamService final : public walfeed::v1::ChangeStream::CallbackService {
+using ChangeStreamBase = walfeed::v1::ChangeStream::WithRawCallbackMethod_Subscribe<
+    walfeed::v1::ChangeStream::WithCallbackMethod_Ack<
+        walfeed::v1::ChangeStream::WithCallbackMethod_GetStatus<
+            walfeed::v1::ChangeStream::Service>>>;
+
+class ChangeStreamService final : public ChangeStreamBase {
  public:
   // `streams` by name; `authorizer` may be null (no authentication configured).
   // All pointers must outlive the service.
@@ -39,9 +49,9 @@ class ChangeStreamService final : public walfeed::v1::ChangeStream::CallbackServ
                       const TokenAuthorizer* authorizer, WorkerPool* pool,
                       SubscribeDefaults defaults);
 
-  grpc::ServerWriteReactor<walfeed::v1::SubscribeResponse>* Subscribe(
-      grpc::CallbackServerContext* context,
-      const walfeed::v1::SubscribeRequest* request) override;
+  // `request` is a serialized SubscribeRequest; each response a SubscribeResponse.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Ack(grpc::CallbackServerContext* context,
                                 const walfeed::v1::AckRequest* request,
                                 walfeed::v1::AckResponse* response) override;

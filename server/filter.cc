@@ -171,28 +171,31 @@ bool EventFilter::Matches(const ChangeEvent& event) const {
          MatchesTable(event.relation->schema, event.relation->table);
 }
 
-bool EventFilter::Matches(const walfeed::v1::ChangeEvent& event) const {
-  if (!walfeed::v1::Operation_IsValid(event.op()) ||
-      event.op() == walfeed::v1::OPERATION_UNSPECIFIED) {
+FilterKey FilterKey::Of(const walfeed::v1::ChangeEvent& event) {
+  FilterKey key;
+  key.op = event.op();
+  if (event.op() == walfeed::v1::OPERATION_TRUNCATE) {
+    for (const walfeed::v1::TableName& table : event.truncate().tables()) {
+      key.tables.emplace_back(table.schema(), table.table());
+    }
+  } else if (event.op() != walfeed::v1::OPERATION_MESSAGE) {
+    key.tables.emplace_back(event.schema(), event.table());
+  }
+  return key;
+}
+
+bool EventFilter::Matches(const FilterKey& key) const {
+  if (!walfeed::v1::Operation_IsValid(key.op) || key.op == walfeed::v1::OPERATION_UNSPECIFIED) {
     return false;
   }
-  const ChangeEvent::Op op = FromProtoOp(event.op());
+  const ChangeEvent::Op op = FromProtoOp(key.op);
   if (operation_mask_ != 0 && (operation_mask_ & OperationBit(op)) == 0) return false;
-  if (table_patterns_.empty()) return true;
-  switch (op) {
-    case ChangeEvent::Op::kMessage:
-      return true;  // A message has no table.
-    case ChangeEvent::Op::kTruncate:
-      for (const walfeed::v1::TableName& table : event.truncate().tables()) {
-        if (MatchesTable(table.schema(), table.table())) return true;
-      }
-      return false;
-    case ChangeEvent::Op::kInsert:
-    case ChangeEvent::Op::kUpdate:
-    case ChangeEvent::Op::kDelete:
-      break;
+  if (table_patterns_.empty() || op == ChangeEvent::Op::kMessage) return true;  // No table.
+  // A row event has its one table; a TRUNCATE passes if any of its tables does.
+  for (const auto& [schema, table] : key.tables) {
+    if (MatchesTable(schema, table)) return true;
   }
-  return MatchesTable(event.schema(), event.table());
+  return false;
 }
 
 }  // namespace walfeed::server

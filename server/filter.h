@@ -30,8 +30,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/repeated_field.h"
@@ -39,6 +41,17 @@
 #include "walfeed/v1/change_stream.pb.h"
 
 namespace walfeed::server {
+
+// What a filter looks at in a converted event, kept beside the serialized event in
+// the server's buffer so that sessions filter without parsing it back.
+struct FilterKey {
+  walfeed::v1::Operation op = walfeed::v1::OPERATION_UNSPECIFIED;
+  // (schema, table): the row event's table, every table of a TRUNCATE, none for a
+  // logical message. One inline: a row event costs no extra allocation.
+  absl::InlinedVector<std::pair<std::string, std::string>, 1> tables;
+
+  static FilterKey Of(const walfeed::v1::ChangeEvent& event);
+};
 
 class EventFilter {
  public:
@@ -56,7 +69,8 @@ class EventFilter {
   bool Matches(const replication::ChangeEvent& event) const;
   // The same decision on the converted event (what the server buffers). Names are
   // compared as converted, i.e. after UTF-8 sanitizing.
-  bool Matches(const walfeed::v1::ChangeEvent& event) const;
+  bool Matches(const walfeed::v1::ChangeEvent& event) const { return Matches(FilterKey::Of(event)); }
+  bool Matches(const FilterKey& key) const;
 
   // True if some table pattern matches schema.table (always, without patterns).
   bool MatchesTable(absl::string_view schema, absl::string_view table) const;

@@ -1,10 +1,13 @@
 #include "server/stream_runtime.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "replication/retry.h"
 #include "server/event_convert.h"
+#include "server/events_frame.h"
 #include "spdlog/spdlog.h"
 
 namespace walfeed::server {
@@ -287,19 +290,20 @@ void StreamRuntime::Close(const std::shared_ptr<Session>& session) {
   if (it != consumers_.end() && it->second.active == session) it->second.active.reset();
 }
 
-bool StreamRuntime::NextFrame(Session& session, walfeed::v1::SubscribeResponse* frame,
+bool StreamRuntime::NextFrame(Session& session, std::string* frame,
                               std::optional<absl::Status>* end) {
   absl::MutexLock lock(&mu_);
-  frame->Clear();
+  walfeed::v1::SubscribeResponse response;
   if (!session.started_sent_) {
     session.started_sent_ = true;
-    walfeed::v1::Started* started = frame->mutable_started();
+    walfeed::v1::Started* started = response.mutable_started();
     started->set_session_id(session.id());
     auto it = consumers_.find(session.consumer());
     if (it != consumers_.end()) started->set_checkpoint(IdText(it->second.checkpoint));
     started->set_start_after(IdText(session.cursor_));
     started->mutable_slot()->set_name(options_.config.slot_name);
     started->mutable_slot()->set_plugin("pgoutput");
+    response.SerializeToString(frame);
     session.last_frame_ = absl::Now();
     return true;
   }
@@ -307,14 +311,14 @@ bool StreamRuntime::NextFrame(Session& session, walfeed::v1::SubscribeResponse* 
     *end = session.end_;
     return false;
   }
-  if (FillEventsLocked(session, frame->mutable_events())) {
+  if (FillEventsLocked(session, frame)) {
     session.last_frame_ = absl::Now();
     return true;
   }
-  frame->Clear();
   const absl::Time now = absl::Now();
   if (now - session.last_frame_ >= session.options().progress_interval) {
-    FillProgressLocked(session, frame->mutable_progress());
+    FillProgressLocked(session, response.mutable_progress());
+    response.SerializeToString(frame);
     session.last_frame_ = now;
     return true;
   }
@@ -322,7 +326,7 @@ bool StreamRuntime::NextFrame(Session& session, walfeed::v1::SubscribeResponse* 
   return false;
 }
 
-bool StreamRuntime::FillEventsLocked(Session& session, walfeed::v1::EventBatch* batch) {
+bool StreamRuntime::FillEventsLocked(Session& session, std::string* frame) {
   const SessionOptions& options = session.options();
   auto window_open = [&] {
     return session.unacked_.size() < options.max_unacked_events &&
@@ -331,24 +335,23 @@ bool StreamRuntime::FillEventsLocked(Session& session, walfeed::v1::EventBatch* 
   if (!window_open()) return false;
   auto it = std::upper_bound(buffer_.begin(), buffer_.end(), session.cursor_,
                              [](EventId id, const Buffered& b) { return id < b.id; });
+  std::vector<const std::string*> batch;  // Stable: the buffer is locked until composed.
   size_t bytes = 0;
   for (; it != buffer_.end(); ++it) {
-    if (batch->events_size() > 0 &&
-        (static_cast<uint32_t>(batch->events_size()) >= options.max_batch_events ||
-         bytes + it->bytes > options.max_batch_bytes || !window_open())) {
+    if (!batch.empty() && (batch.size() >= options.max_batch_events ||
+                           bytes + it->bytes > options.max_batch_bytes || !window_open())) {
       break;
     }
     session.cursor_ = it->id;
-    walfeed::v1::ChangeEvent* event = batch->add_events();
-    if (!event->ParseFromString(it->serialized) || !options.filter.Matches(*event)) {
-      batch->mutable_events()->RemoveLast();  // Ours, so it parses; filtered out.
-      continue;
-    }
+    if (!options.filter.Matches(it->key)) continue;
+    batch.push_back(&it->serialized);
     bytes += it->bytes;
     session.unacked_.emplace_back(it->id, it->bytes);
     session.unacked_bytes_ += it->bytes;
   }
-  return batch->events_size() > 0;
+  if (batch.empty()) return false;
+  ComposeEventsFrame(batch, frame);
+  return true;
 }
 
 void StreamRuntime::FillProgressLocked(const Session& session, walfeed::v1::Progress* progress) {
@@ -480,6 +483,7 @@ void StreamRuntime::OnEvent(replication::ChangeEvent event) {
   walfeed::v1::ChangeEvent converted;
   ToProto(event, &converted);
   converted.SerializeToString(&buffered.serialized);
+  buffered.key = FilterKey::Of(converted);
   buffered.bytes = buffered.serialized.size() + sizeof(Buffered);
   std::vector<std::shared_ptr<Session>> wake;
   {

@@ -177,11 +177,12 @@ class StreamRuntime : public replication::pg::StreamSink {
   // The reactor is done with `session` (also after it was superseded).
   void Close(const std::shared_ptr<Session>& session) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Fills the session's next frame: `started` first, then an events batch, or a
-  // progress frame when one is due. False when there is nothing to send now (the
-  // session is woken when there is); `*end` is set when the session is over.
-  bool NextFrame(Session& session, walfeed::v1::SubscribeResponse* frame,
-                 std::optional<absl::Status>* end) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets `*frame` to the session's next SubscribeResponse, serialized: `started`
+  // first, then an events batch, or a progress frame when one is due. False when
+  // there is nothing to send now (the session is woken when there is); `*end` is
+  // set when the session is over.
+  bool NextFrame(Session& session, std::string* frame, std::optional<absl::Status>* end)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Blocks until the ack is durable. NOT_FOUND unknown consumer, ABORTED
   // superseded or ended session, OUT_OF_RANGE never delivered to this consumer.
@@ -203,10 +204,13 @@ class StreamRuntime : public replication::pg::StreamSink {
  private:
   // Held serialized: a parsed ChangeEvent costs about 6.5 times its wire size in
   // memory (measured 928 vs 143 bytes), which would make buffer_bytes a poor bound.
+  // Sessions copy `serialized` into their frames as it is (events_frame.h) and
+  // filter on `key`, so an event is never parsed back.
   struct Buffered {
     EventId id;
     size_t bytes = 0;        // What the event costs in the buffer.
     std::string serialized;  // walfeed.v1.ChangeEvent, wire format.
+    FilterKey key;
   };
   struct Consumer {
     EventId checkpoint;                // Durable ack (or EventId{}).
@@ -225,8 +229,7 @@ class StreamRuntime : public replication::pg::StreamSink {
   // Sessions waiting for news, marked as no longer waiting.
   std::vector<std::shared_ptr<Session>> TakeWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void WakeAll(const std::vector<std::shared_ptr<Session>>& sessions);
-  bool FillEventsLocked(Session& session, walfeed::v1::EventBatch* batch)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool FillEventsLocked(Session& session, std::string* frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillProgressLocked(const Session& session, walfeed::v1::Progress* progress)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits up to `delay` for Stop(); true when stopping.

@@ -241,6 +241,22 @@ TEST(EventFilterTest, TablesAndOperationsMustBothMatch) {
   EXPECT_FALSE(no_messages.Matches(MessageEvent()));
 }
 
+// The key the server keeps beside each buffered event holds what the filter reads.
+TEST(EventFilterTest, KeyHoldsTheOperationAndEveryTable) {
+  using Tables = std::vector<std::pair<std::string, std::string>>;
+  auto tables = [](const FilterKey& key) { return Tables(key.tables.begin(), key.tables.end()); };
+  const FilterKey row = FilterKey::Of(ToProto(RowEvent(Op::kUpdate, "app", "users")));
+  EXPECT_EQ(row.op, walfeed::v1::OPERATION_UPDATE);
+  EXPECT_EQ(tables(row), (Tables{{"app", "users"}}));
+  const FilterKey truncate = FilterKey::Of(
+      ToProto(TruncateEvent({Table("public", "other"), Table("public", "orders")})));
+  EXPECT_EQ(truncate.op, walfeed::v1::OPERATION_TRUNCATE);
+  EXPECT_EQ(tables(truncate), (Tables{{"public", "other"}, {"public", "orders"}}));
+  const FilterKey message = FilterKey::Of(ToProto(MessageEvent()));
+  EXPECT_EQ(message.op, walfeed::v1::OPERATION_MESSAGE);
+  EXPECT_THAT(tables(message), ::testing::IsEmpty());
+}
+
 // ---- Invalid requests -------------------------------------------------------------
 
 // The server filters the converted events it buffers: the decision must be the
