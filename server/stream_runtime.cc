@@ -480,10 +480,15 @@ bool StreamRuntime::HasRoom() {
 void StreamRuntime::OnEvent(replication::ChangeEvent event) {
   Buffered buffered;
   buffered.id = event.id;
-  walfeed::v1::ChangeEvent converted;
-  ToProto(event, &converted);
-  converted.SerializeToString(&buffered.serialized);
-  buffered.key = FilterKey::Of(converted);
+  {
+    // The converted message lives only until it is serialized: built on an arena
+    // whose first block is reused, it costs no allocation per column.
+    google::protobuf::Arena arena(convert_block_.get(), kConvertBlockBytes);
+    auto* converted = google::protobuf::Arena::CreateMessage<walfeed::v1::ChangeEvent>(&arena);
+    ToProto(event, converted);
+    converted->SerializeToString(&buffered.serialized);
+    buffered.key = FilterKey::Of(*converted);
+  }
   buffered.bytes = buffered.serialized.size() + sizeof(Buffered);
   std::vector<std::shared_ptr<Session>> wake;
   {

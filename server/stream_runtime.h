@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "google/protobuf/arena.h"
 #include "replication/ack_tracker.h"
 #include "replication/event_id.h"
 #include "replication/pg/checkpoint_store.h"
@@ -242,6 +243,9 @@ class StreamRuntime : public replication::pg::StreamSink {
   const RuntimeOptions options_;
   const std::function<void(walfeed::v1::StreamState)> on_state_;
   std::thread pipeline_;
+  // Reader thread (OnEvent): the first block of the arena each event is converted on.
+  static constexpr size_t kConvertBlockBytes = 64 << 10;
+  const std::unique_ptr<char[]> convert_block_{new char[kConvertBlockBytes]};
   // Pipeline-thread owned; the committer is shared with Ack callers once set.
   std::unique_ptr<replication::pg::PgCheckpointStore> store_;
   std::unique_ptr<replication::pg::CommittedConfirmedStore> confirmed_store_;
