@@ -490,20 +490,27 @@ void StreamRuntime::OnEvent(replication::ChangeEvent event) {
     buffered.key = FilterKey::Of(*converted);
   }
   buffered.bytes = buffered.serialized.size() + sizeof(Buffered);
-  std::vector<std::shared_ptr<Session>> wake;
-  {
-    absl::MutexLock lock(&mu_);
-    if (buffered.id <= newest_) return;  // Already held (or below every checkpoint).
-    newest_ = buffered.id;
-    buffer_bytes_ += buffered.bytes;
-    buffer_.push_back(std::move(buffered));
-    TrimLocked();
-    wake = TakeWaitingLocked();
-  }
-  WakeAll(wake);
+  absl::MutexLock lock(&mu_);
+  if (buffered.id <= newest_) return;  // Already held (or below every checkpoint).
+  newest_ = buffered.id;
+  buffer_bytes_ += buffered.bytes;
+  buffer_.push_back(std::move(buffered));
+  TrimLocked();
 }
 
 void StreamRuntime::OnCommit(const replication::TransactionCommitted&) {}
+
+void StreamRuntime::OnDrained() {
+  // Waking waiting sessions here rather than per event lets one frame carry what
+  // one socket read brought (measured: about 6 events per frame on a backlog
+  // when woken per event), and keeps the reader thread, which runs the wake-ups'
+  // first writes inline, on reading. Latency is unchanged: the reader drains
+  // only what has already arrived.
+  WakeAll([&] {
+    absl::MutexLock lock(&mu_);
+    return TakeWaitingLocked();
+  }());
+}
 
 void StreamRuntime::OnConnected(Lsn start) {
   Logger()->info("stream {}: streaming from {}", name(), start.ToString());

@@ -199,6 +199,7 @@ class StreamRuntime : public replication::pg::StreamSink {
   bool HasRoom() override ABSL_LOCKS_EXCLUDED(mu_);
   void OnEvent(replication::ChangeEvent event) override ABSL_LOCKS_EXCLUDED(mu_);
   void OnCommit(const replication::TransactionCommitted& commit) override;
+  void OnDrained() override ABSL_LOCKS_EXCLUDED(mu_);
   void OnConnected(Lsn start) override ABSL_LOCKS_EXCLUDED(mu_);
   void OnDisconnected(const absl::Status& why) override ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -125,6 +125,10 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(ServerConfig
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  // gRPC sets SO_REUSEPORT by default: a second walfeed-server started on the same
+  // port by mistake would then share incoming connections with the first, and
+  // their sessions would fence each other. Without it the second fails to start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(

@@ -191,6 +191,8 @@ std::string StatusUsage() {
       "checkpoints, sessions, unacked events and lag in bytes.\n"
       "\n"
       "  --stream S             only this stream (default: every stream you may see)\n"
+      "  --format table|json    table (default), or the GetStatusResponse as one JSON\n"
+      "                         object (proto3 JSON names; 64-bit numbers as strings)\n"
       "  --timeout SECONDS      how long to wait for the server (default 30)\n"
       "\n",
       kCommonHelp, "\n", kExitHelp);
@@ -304,6 +306,13 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
       absl::StatusOr<absl::Duration> timeout = ParseSeconds("--timeout", v);
       if (!timeout.ok()) return timeout.status();
       status.timeout = *timeout;
+      return absl::OkStatus();
+    };
+    flags.with_value["--format"] = [&status](const std::string& v) {
+      if (v != "table" && v != "json") {
+        return Usage(absl::StrCat("--format must be table or json, got \"", v, "\""));
+      }
+      status.json = v == "json";
       return absl::OkStatus();
     };
     if (absl::Status parsed = ParseFlags(args, 1, flags, &help); !parsed.ok()) return parsed;

@@ -64,6 +64,7 @@ struct TailFlags {
 struct StatusFlags {
   CommonFlags common;
   std::string stream;
+  bool json = false;  // --format json: GetStatusResponse as one JSON object.
   absl::Duration timeout = absl::Seconds(30);
 };
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace walfeed::cli {
 namespace {
@@ -411,6 +412,16 @@ std::string StatusTable(const walfeed::v1::GetStatusResponse& response) {
   }
   if (!errors.empty()) absl::StrAppend(&out, "\nerrors:\n", errors);
   return out;
+}
+
+std::string StatusJson(const walfeed::v1::GetStatusResponse& response) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.always_print_enums_as_ints = false;
+  std::string json;
+  // Printing a generated message whose descriptor is compiled in cannot fail.
+  (void)google::protobuf::util::MessageToJsonString(response, &json, options);
+  return json + "\n";
 }
 
 }  // namespace walfeed::cli

@@ -62,6 +62,9 @@ absl::StatusOr<walfeed::v1::Operation> ParseOperation(absl::string_view name);
 // `walfeed status`: a table of streams, then one of consumers, then any stream
 // errors, as aligned text ending in a newline.
 std::string StatusTable(const walfeed::v1::GetStatusResponse& response);
+// `walfeed status --format json`: the response in proto3 JSON on one line, with
+// a newline; every field present, defaults included, so scripts need no fallbacks.
+std::string StatusJson(const walfeed::v1::GetStatusResponse& response);
 
 }  // namespace walfeed::cli
 

@@ -220,7 +220,7 @@ int Status(const StatusFlags& flags) {
                              absl::StrCat("GetStatus from ", flags.common.server, ": ",
                                           status.error_message())));
   }
-  std::cout << StatusTable(response) << std::flush;
+  std::cout << (flags.json ? StatusJson(response) : StatusTable(response)) << std::flush;
   return kExitOk;
 }
 

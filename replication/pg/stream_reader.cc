@@ -155,29 +155,51 @@ absl::Status StreamReader::RunSession(Lsn start) {
     }
     bool reply_now = false;
     bool room = sink_->HasRoom();
+    // Read until the socket is empty: libpq takes at most its buffer's free space
+    // (8-16 kB) per read, so while a read brought whole messages the socket is read
+    // again, up to kMaxDrainFrames so that status updates stay on time.
+    int frames = 0;
+    int frames_since_read = 0;
+    bool caught_up = false;  // The socket had nothing more.
     while (room) {
       WALFEED_ASSIGN_OR_RETURN(std::optional<Frame> frame, conn->TryRead());
-      if (!frame) break;
+      if (!frame) {
+        caught_up = frames_since_read == 0;
+        if (caught_up || frames >= kMaxDrainFrames) break;
+        WALFEED_RETURN_IF_ERROR(conn->ConsumeInput());
+        frames_since_read = 0;
+        continue;
+      }
+      ++frames;
+      ++frames_since_read;
       last_session_streamed_ = true;
       WALFEED_RETURN_IF_ERROR(HandleFrame(frame->bytes(), &reply_now));
       room = sink_->HasRoom();
     }
+    sink_->OnDrained();
     absl::Time now = absl::Now();
     if (reply_now || now >= next_status) {
       WALFEED_RETURN_IF_ERROR(SendStatusUpdate(*conn));
       next_status = now + interval;
     }
+    // Coalescing (ReaderOptions::read_coalesce): after a read that brought data,
+    // the socket is not polled for input for a moment; it is read after it.
+    const bool coalesce = frames > 0 && caught_up && room && !reply_now &&
+                          options_.read_coalesce > absl::ZeroDuration();
     pollfd fds[2] = {
         {conn->socket(),
-         static_cast<short>((room ? POLLIN : 0) | (conn->HasPendingOutput() ? POLLOUT : 0)),
+         static_cast<short>((room && !coalesce ? POLLIN : 0) |
+                            (conn->HasPendingOutput() ? POLLOUT : 0)),
          0},
         {wake_fd_, POLLIN, 0}};
-    const int ready = poll(fds, 2, PollTimeoutMs(now, next_status));
+    const absl::Time deadline =
+        coalesce ? std::min(next_status, now + options_.read_coalesce) : next_status;
+    const int ready = poll(fds, 2, PollTimeoutMs(now, deadline));
     if (ready < 0 && errno != EINTR) {
       return absl::InternalError(absl::StrCat("poll() failed: ", strerror(errno)));
     }
     if (fds[1].revents != 0) DrainWakeFd();
-    if ((fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
+    if (coalesce || (fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
       WALFEED_RETURN_IF_ERROR(conn->ConsumeInput());
     }
     if ((fds[0].revents & POLLOUT) != 0) WALFEED_RETURN_IF_ERROR(conn->FlushOutput());
@@ -210,6 +232,7 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
     return absl::OkStatus();
   }
   const auto& data = absl::get<copy_data::XLogData>(message);
+  quick_requests_ = 0;  // A walsender still sending data is not in its shutdown wait.
   pgoutput::DecodeOptions decode_options;  // Protocol 1, streaming off.
   WALFEED_ASSIGN_OR_RETURN(pgoutput::Message decoded,
                            pgoutput::Decode(data.payload, decode_options));

@@ -34,10 +34,13 @@
 //   requests a reply only when wal_sender_timeout / 2 passed without hearing from
 //   us (never when the timeout is 0); a request arriving sooner after our last
 //   status update can only come from the shutdown wait. kShutdownQuickRequests
-//   such requests in a row end the session as transient, letting the shutdown
-//   finish; the reader resumes from its stored position afterwards. Counting
-//   requests rather than a rate keeps this independent of how long each reply
-//   takes (storing the position may itself wait on the stopping server).
+//   such requests in a row, with no data between them, end the session as
+//   transient, letting the shutdown finish; the reader resumes from its stored
+//   position afterwards. Counting requests rather than a rate keeps this
+//   independent of how long each reply takes (storing the position may itself
+//   wait on the stopping server). Known gap: while the sink is full the socket is
+//   not read, so the requests go unseen and the shutdown waits until the buffer
+//   has room again (or walfeed stops).
 #ifndef WALFEED_REPLICATION_PG_STREAM_READER_H_
 #define WALFEED_REPLICATION_PG_STREAM_READER_H_
 
@@ -69,6 +72,10 @@ class StreamSink {
   // Every transaction's Commit, even one whose events were all at or below
   // ReaderOptions::deliver_after (and so never passed to OnEvent).
   virtual void OnCommit(const TransactionCommitted& commit) = 0;
+  // The reader has handed over everything it had read from the socket and is
+  // about to wait for more: a sink that wakes consumers can do it here, once
+  // per read instead of once per event.
+  virtual void OnDrained() {}
   // The connection is streaming from `start` / was lost with `why` (transient).
   virtual void OnConnected(Lsn start) { (void)start; }
   virtual void OnDisconnected(const absl::Status& why) { (void)why; }
@@ -106,6 +113,14 @@ struct ReaderOptions {
   absl::Duration backoff_base = absl::Milliseconds(100);
   absl::Duration backoff_cap = absl::Seconds(30);
   uint64_t backoff_seed = 1;
+  // After a read that brought data, wait this long (or for Stop/Wake) before
+  // reading the socket again, so that the next read finds more. A reader that
+  // wakes for every message the walsender writes makes the walsender pay a
+  // wake-up per message: on single-row transactions its CPU per event doubled
+  // (docs/performance.md). The cost is at most this much added latency for
+  // changes that arrive during the window; the first change after a quiet
+  // period is read at once. Zero reads as soon as anything arrives.
+  absl::Duration read_coalesce = absl::Milliseconds(1);
 };
 
 class StreamReader {
@@ -160,6 +175,8 @@ class StreamReader {
 
   // Consecutive early reply requests that mean "the walsender is shutting down".
   static constexpr int kShutdownQuickRequests = 10;
+  // Frames handled per turn of the loop at most (between status-update checks).
+  static constexpr int kMaxDrainFrames = 4096;
 
   const ReaderOptions options_;
   AckTracker* const tracker_;

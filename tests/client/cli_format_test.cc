@@ -267,6 +267,26 @@ TEST(StatusTableTest, ShowsStreamsSlotsAndConsumers) {
   EXPECT_EQ(StatusTable(walfeed::v1::GetStatusResponse()), "no streams\n");
 }
 
+TEST(StatusJsonTest, IsTheResponseInProto3JsonWithDefaultsPrinted) {
+  walfeed::v1::GetStatusResponse response;
+  walfeed::v1::StreamStatus* stream = response.add_streams();
+  stream->set_name("orders");
+  stream->set_state(walfeed::v1::STREAM_STATE_STREAMING);
+  stream->mutable_slot()->set_retained_wal_bytes(uint64_t{1} << 60);
+  walfeed::v1::ConsumerStatus* consumer = stream->add_consumers();
+  consumer->set_name("billing");
+  const std::string json = StatusJson(response);
+  ASSERT_FALSE(json.empty());
+  EXPECT_EQ(json.back(), '\n');
+  EXPECT_EQ(json.find('\n'), json.size() - 1) << "one line";
+  EXPECT_THAT(json, HasSubstr("\"state\":\"STREAM_STATE_STREAMING\""));
+  EXPECT_THAT(json, HasSubstr("\"retainedWalBytes\":\"1152921504606846976\""));
+  EXPECT_THAT(json, HasSubstr("\"unackedEvents\":\"0\""));  // A default, printed.
+  walfeed::v1::GetStatusResponse parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), response.SerializeAsString());
+}
+
 TEST(FlagsTest, ParsesTail) {
   absl::StatusOr<Invocation> parsed = ParseCommandLine(
       {"tail", "--stream", "orders", "--consumer=me", "--tables", "public.a, app.*",
@@ -302,6 +322,7 @@ TEST(FlagsTest, RefusesBadUsageWithAReason) {
       {{"tail", "--stream", "s", "--consumer", "c", "--ack=yes"}, "takes no value"},
       {{"tail", "--stream"}, "needs a value"},
       {{"status", "--bogus"}, "unknown argument"},
+      {{"status", "--format", "yaml"}, "--format must be table or json"},
   };
   for (const auto& [args, why] : cases) {
     EXPECT_THAT(ParseCommandLine(args), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(why)))

@@ -85,6 +85,7 @@ using ::walfeed::replication::EventId;
 using ::walfeed::replication::Lsn;
 using ::walfeed::testing::IsOk;
 using ::walfeed::testing::PgCluster;
+using ::walfeed::testing::StatusIs;
 using ::walfeed::testing::WaitUntil;
 using ::walfeed::v1::AckRequest;
 using ::walfeed::v1::AckResponse;
@@ -1052,6 +1053,48 @@ TEST_F(ServerE2eTest, AckAndSubscribeErrorsAreExact) {
 // ---------------------------------------------------------------------------
 // 5. Filters.
 
+// A second server on a port already served fails to start instead of sharing the
+// port (gRPC's default SO_REUSEPORT would let it, splitting clients between them).
+TEST_F(ServerE2eTest, ASecondServerOnTheSamePortFailsToStart) {
+  StartServer(Yaml());
+  absl::StatusOr<ServerConfig> config = ParseConfig(Yaml(), "e2e.yaml");
+  ASSERT_THAT(config, IsOk());
+  config->listen = absl::StrCat("127.0.0.1:", server_->port());
+  absl::StatusOr<std::unique_ptr<WalfeedServer>> second = WalfeedServer::Start(*config);
+  EXPECT_THAT(second.status(), StatusIs(absl::StatusCode::kUnavailable,
+                                        AllOf(HasSubstr(config->listen), HasSubstr("in use"))));
+}
+
+// Subscribe takes its request as bytes (the server parses it itself): bytes that
+// are not a SubscribeRequest are refused with INVALID_ARGUMENT, and the server
+// keeps serving.
+TEST_F(ServerE2eTest, SubscribeBytesThatAreNotARequestAreInvalidArgument) {
+  StartServer(Yaml());
+  grpc::GenericStub stub(channel_);
+  // Field 1 (stream), length-delimited, claiming 127 bytes where 3 follow.
+  const std::string truncated("\x0a\x7f" "abc", 5);
+  for (const std::string& bytes : {truncated, std::string("\xff\xff\xff\xff\xff\xff", 6)}) {
+    grpc::ClientContext context;
+    context.set_deadline(ChronoDeadline(absl::Seconds(30)));
+    grpc::Slice slice(bytes);
+    const grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    absl::Notification done;
+    grpc::Status result;
+    stub.UnaryCall(&context, "/walfeed.v1.ChangeStream/Subscribe", grpc::StubOptions(), &request,
+                   &response, [&](grpc::Status status) {
+                     result = std::move(status);
+                     done.Notify();
+                   });
+    done.WaitForNotification();  // Bounded by the call's deadline.
+    EXPECT_THAT(result, GrpcIs(grpc::StatusCode::INVALID_ARGUMENT,
+                               HasSubstr("not a walfeed.v1.SubscribeRequest")));
+  }
+  std::unique_ptr<Subscription> sub = Subscribe(Request("after-garbage"));
+  ASSERT_THAT(pg_->Exec("INSERT INTO orders VALUES (1, 'a', 1, NULL)"), IsOk());
+  EXPECT_TRUE(sub->WaitForEvents(1));
+}
+
 TEST_F(ServerE2eTest, FiltersDeliverOnlyMatchingEventsAndAcksPassFilteredOnes) {
   StartServer(Yaml());
   SubscribeRequest filtered = Request("filtered");
@@ -1191,8 +1234,10 @@ TEST_F(ServerE2eTest, IdleSubscriptionGetsProgressFrames) {
   StartServer(Yaml());  // Server default progress_interval: 5 s.
   std::unique_ptr<Subscription> sub = Subscribe(Request("idle"));  // Asks for 200 ms.
   const absl::Time start = absl::Now();
-  ASSERT_TRUE(sub->WaitForProgressCount(3, absl::Seconds(5)));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(3)) << "the request's 200 ms, not the 5 s default";
+  // Three frames at the 5 s default would take at least 10 s; at 200 ms, well under
+  // a second (the bound leaves room for a loaded machine).
+  ASSERT_TRUE(sub->WaitForProgressCount(3, absl::Seconds(9)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(9)) << "the request's 200 ms, not the 5 s default";
   const Progress first = sub->last_progress();
   EXPECT_FALSE(first.server_wal_lsn().empty());
   EXPECT_THAT(Lsn::Parse(first.server_wal_lsn()), IsOk());
@@ -1519,7 +1564,9 @@ TEST_F(ServerE2eTest, ProcessShutsDownCleanlyOnSigtermAndRestartLosesNothing) {
     out << Yaml("", "2s");
   }
   constexpr absl::Duration kShutdownTimeout = absl::Seconds(2);  // As configured.
-  constexpr absl::Duration kMargin = absl::Seconds(5);
+  // It exits within about shutdown_timeout here; the margin is for a loaded CI
+  // machine, and still catches a shutdown that hangs.
+  constexpr absl::Duration kMargin = absl::Seconds(20);
   const std::string log1 = dir_ + "/server1.log";
   auto process = std::make_unique<ServerProcess>(config, log1);
   const int port = process->WaitForPort();
@@ -1538,7 +1585,7 @@ TEST_F(ServerE2eTest, ProcessShutsDownCleanlyOnSigtermAndRestartLosesNothing) {
   ASSERT_TRUE(sub->WaitForEnd());
   EXPECT_THAT(*sub->status(), GrpcIs(grpc::StatusCode::UNAVAILABLE, HasSubstr("shutting down")));
   const std::optional<int> exit_status = process->WaitForExit(kShutdownTimeout + kMargin);
-  ASSERT_TRUE(exit_status.has_value()) << "no exit within shutdown_timeout + 5 s";
+  ASSERT_TRUE(exit_status.has_value()) << "no exit within shutdown_timeout + 20 s";
   const absl::Duration shutdown_time = absl::Now() - term;
   EXPECT_TRUE(WIFEXITED(*exit_status) && WEXITSTATUS(*exit_status) == 0)
       << "wait status " << *exit_status << "\n"

@@ -857,10 +857,10 @@ std::optional<Lsn> SlotPositionAtFirstStartAfter(const std::string& log, size_t 
 }
 
 // How long a PostgreSQL shutdown may take with walfeed connected. A shutdown with
-// nothing to wait for takes well under a second here; ten seconds of a walsender
-// exchanging keepalives with walfeed is not slowness, it is a shutdown that waits
-// for something that will not come.
-constexpr absl::Duration kShutdownGrace = absl::Seconds(10);
+// nothing to wait for takes one or two seconds here; thirty seconds of a walsender
+// exchanging keepalives with walfeed is not a loaded machine, it is a shutdown that
+// waits for something that will not come.
+constexpr absl::Duration kShutdownGrace = absl::Seconds(30);
 
 // Stops PostgreSQL with `mode` while `walfeed` is connected. If the shutdown has
 // not finished after kShutdownGrace, records a failure with the evidence (how many

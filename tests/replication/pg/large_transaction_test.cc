@@ -401,8 +401,10 @@ TEST_F(LargeTransactionTest, StallMidTransactionKeepsTheConnectionAndMemoryBound
   const uint64_t events_at_stall = reader.reader().stats().events;
   const absl::Time stall_started = absl::Now();
   const std::string walsender = WalsenderPid();
+  // Two updates more than 2x the timeout needs: this thread may notice the first
+  // update late on a loaded machine, and the clock below starts when it does.
   const int64_t updates_needed =
-      absl::Ceil(2 * kWalSenderTimeout, kFeedbackInterval) / kFeedbackInterval + 1;
+      absl::Ceil(2 * kWalSenderTimeout, kFeedbackInterval) / kFeedbackInterval + 3;
   const uint64_t target = first_update + static_cast<uint64_t>(updates_needed);
   ASSERT_TRUE(memory.SampleUntil(
       [&] {

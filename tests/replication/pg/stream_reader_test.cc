@@ -29,7 +29,10 @@ class StreamReaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
     PgCluster::Options options;
-    options.settings["wal_sender_timeout"] = "'2s'";
+    // Short enough that BackpressureKeepsTheConnectionAlive outlasts it, long
+    // enough that a loaded machine delaying the reader's 200 ms updates does not
+    // end a session.
+    options.settings["wal_sender_timeout"] = "'4s'";
     WALFEED_START_PG_OR_SKIP(pg_, options);
     ASSERT_THAT(pg_->Exec("CREATE TABLE t (id int PRIMARY KEY, v text);"
                           "CREATE TABLE quiet (id serial PRIMARY KEY, v text);"
@@ -201,10 +204,10 @@ TEST_F(StreamReaderTest, BackpressureKeepsTheConnectionAlive) {
   ASSERT_THAT(pg_->Exec("INSERT INTO t SELECT g, repeat('x', 100) "
                         "FROM generate_series(1, 20000) g"),
               IsOk());
-  // Hold the sink full for well over wal_sender_timeout (2 s): 25 status updates
-  // at 200 ms intervals is about 5 s.
+  // Hold the sink full for well over wal_sender_timeout (4 s): 45 status updates
+  // at 200 ms intervals is about 9 s.
   ASSERT_TRUE(reader.reader().AwaitStats(
-      [](const StreamReader::Stats& s) { return s.status_updates >= 25; }, kDeadline));
+      [](const StreamReader::Stats& s) { return s.status_updates >= 45; }, kDeadline));
   EXPECT_EQ(reader.reader().stats().events, 0u);
   EXPECT_EQ(reader.reader().stats().reconnects, 0u);
   sink.SetRoom(true);
