@@ -443,7 +443,8 @@ absl::Status Parser::ParseDefaults(const YAML::Node& node, ServerConfig& config)
   WALFEED_ASSIGN_OR_RETURN(Fields fields,
                            Map(node, "defaults",
                                {"max_batch_events", "max_batch_bytes", "max_unacked_events",
-                                "max_unacked_bytes", "progress_interval", "buffer_bytes"}));
+                                "max_unacked_bytes", "progress_interval", "buffer_bytes",
+                                "read_coalesce"}));
   StreamDefaults& d = config.defaults;
   // Upper bounds: far beyond any sensible setting, low enough that a typo (an
   // extra digit or two) is caught, and within the proto's uint32 fields.
@@ -478,6 +479,12 @@ absl::Status Parser::ParseDefaults(const YAML::Node& node, ServerConfig& config)
   if (std::optional<YAML::Node> n = fields.Get("buffer_bytes")) {
     WALFEED_ASSIGN_OR_RETURN(d.buffer_bytes,
                              Integer(*n, fields.PathOf("buffer_bytes"), 1, 64 * kGiB));
+  }
+  if (std::optional<YAML::Node> n = fields.Get("read_coalesce")) {
+    // Every change that arrives within the window waits for it: beyond 100ms
+    // this would be a delay, not batching.
+    WALFEED_ASSIGN_OR_RETURN(d.read_coalesce, Duration(*n, fields.PathOf("read_coalesce"),
+                                                       absl::ZeroDuration(), absl::Milliseconds(100)));
   }
   return absl::OkStatus();
 }

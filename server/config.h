@@ -97,6 +97,9 @@ struct StreamDefaults {
   absl::Duration progress_interval = absl::Seconds(5);
   // Bytes of decoded events each stream's buffer holds for its subscribers.
   uint64_t buffer_bytes = uint64_t{64} << 20;
+  // How long each stream's reader lets data accumulate after a read that brought
+  // some (ReaderOptions::read_coalesce); 0 reads as soon as anything arrives.
+  absl::Duration read_coalesce = absl::Milliseconds(1);
 };
 
 struct ServerConfig {

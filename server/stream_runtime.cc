@@ -165,6 +165,7 @@ void StreamRuntime::Pipeline() {
       replication::pg::ReaderOptionsFor(options_.config, *prepared, options_.checkpoint_schema);
   reader_options.max_feedback_interval = options_.max_feedback_interval;
   reader_options.min_persist_interval = options_.min_persist_interval;
+  reader_options.read_coalesce = options_.read_coalesce;
   auto tracker = std::make_shared<replication::AckTracker>(plan.start);
   std::shared_ptr<replication::pg::StreamReader> reader;
   {

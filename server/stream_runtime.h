@@ -116,6 +116,7 @@ struct RuntimeOptions {
   size_t buffer_bytes = 64u << 20;
   absl::Duration max_feedback_interval = absl::Seconds(1);
   absl::Duration min_persist_interval = absl::Seconds(10);
+  absl::Duration read_coalesce = absl::Milliseconds(1);  // ReaderOptions::read_coalesce.
   absl::Duration retry_base = absl::Milliseconds(200);
   absl::Duration retry_cap = absl::Seconds(30);
 };

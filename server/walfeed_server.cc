@@ -94,6 +94,7 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(ServerConfig
     options.checkpoint_schema = cfg.checkpoint.schema;
     options.checkpoint_conninfo = cfg.checkpoint.conninfo;
     options.buffer_bytes = cfg.defaults.buffer_bytes;
+    options.read_coalesce = cfg.defaults.read_coalesce;
     const std::string name = stream.name;
     server->runtimes_.push_back(std::make_unique<StreamRuntime>(
         std::move(options), [health, name](walfeed::v1::StreamState state) {

@@ -160,6 +160,7 @@ defaults:
   max_unacked_bytes: 4096
   progress_interval: 250ms
   buffer_bytes: 8192
+  read_coalesce: 0s
 streams:
   - name: orders
     conninfo: "host=localhost dbname=app"
@@ -185,6 +186,7 @@ streams:
   EXPECT_EQ(config->defaults.max_unacked_bytes, 4096u);
   EXPECT_EQ(config->defaults.progress_interval, absl::Milliseconds(250));
   EXPECT_EQ(config->defaults.buffer_bytes, 8192u);
+  EXPECT_EQ(config->defaults.read_coalesce, absl::ZeroDuration());
   EXPECT_THAT(config->streams[0].publication_names, ElementsAre("p1", "p2"));
   EXPECT_THAT(config->streams[0].tables, ElementsAre("public.orders"));
   EXPECT_TRUE(config->streams[0].create_missing);
@@ -267,6 +269,9 @@ TEST(ConfigTest, IntegersMustBePositiveAndBounded) {
               StatusIs(kInvalid, HasSubstr("defaults.max_unacked_bytes")));
   EXPECT_THAT(Parse(absl::StrCat(kValid, "defaults: {buffer_bytes: 0}\n")),
               StatusIs(kInvalid, HasSubstr("defaults.buffer_bytes")));
+  EXPECT_THAT(Parse(absl::StrCat(kValid, "defaults: {read_coalesce: 1s}\n")),
+              StatusIs(kInvalid, AllOf(HasSubstr("defaults.read_coalesce"),
+                                       HasSubstr("from 0 to 100ms"))));
   EXPECT_THAT(Parse(absl::StrCat(kValid, "defaults: {max_unacked_bytes: 68719476736}\n")), IsOk());
 }
 

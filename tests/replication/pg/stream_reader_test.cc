@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -93,6 +94,45 @@ TEST_F(StreamReaderTest, DeliversEventsWithDeterministicIds) {
   EXPECT_EQ(events[3].new_tuple.columns[1].kind, pgoutput::TupleValue::Kind::kNull);
   EXPECT_THAT(reader.Stop(), IsOk());
 }
+
+// Whether the reader reads at once (0) or lets data accumulate between reads, a
+// backlog of small transactions arrives whole, in commit order, with the ids and
+// values each transaction gave it.
+class ReadCoalesceTest : public StreamReaderTest,
+                         public ::testing::WithParamInterface<absl::Duration> {};
+
+TEST_P(ReadCoalesceTest, SmallTransactionsArriveWholeAndInOrder) {
+  constexpr int kTransactions = 3000;
+  AckTracker tracker(Lsn::kInvalid);
+  CollectingSink sink;
+  MemoryConfirmedStore store;
+  ReaderOptions options = Options();
+  options.read_coalesce = GetParam();
+  RunningReader reader(options, &tracker, &sink, &store, Lsn::kInvalid);
+  ASSERT_THAT(pg_->Exec(absl::StrCat("DO $$ BEGIN FOR i IN 1..", kTransactions,
+                                     " LOOP INSERT INTO t VALUES (i, i::text); COMMIT; "
+                                     "END LOOP; END $$")),
+              IsOk());
+  ASSERT_TRUE(sink.WaitForCommits(kTransactions));
+  const std::vector<ChangeEvent> events = sink.events();
+  ASSERT_EQ(events.size(), static_cast<size_t>(kTransactions));
+  for (int i = 0; i < kTransactions; ++i) {
+    ASSERT_EQ(events[i].id.index, 0u) << i;
+    if (i > 0) {
+      ASSERT_LT(events[i - 1].id.commit_lsn, events[i].id.commit_lsn) << i;
+    }
+    ASSERT_EQ(events[i].new_tuple.columns[1].data, std::to_string(i + 1)) << i;
+  }
+  EXPECT_EQ(reader.reader().stats().reconnects, 0u);
+  EXPECT_THAT(reader.Stop(), IsOk());
+}
+
+INSTANTIATE_TEST_SUITE_P(Windows, ReadCoalesceTest,
+                         ::testing::Values(absl::ZeroDuration(), absl::Milliseconds(1),
+                                           absl::Milliseconds(20)),
+                         [](const ::testing::TestParamInfo<absl::Duration>& info) {
+                           return absl::StrCat(absl::ToInt64Milliseconds(info.param), "ms");
+                         });
 
 TEST_F(StreamReaderTest, OnlyAckedWorkMovesTheSlot) {
   AckTracker tracker(Lsn::kInvalid);
