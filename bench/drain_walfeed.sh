@@ -15,7 +15,8 @@
 # Settings (environment): WALFEED_BUILD (default <repo>/build), BENCH_PGHOST/
 # BENCH_PGPORT/BENCH_PGUSER/BENCH_PGDATABASE (default 127.0.0.1 55433 postgres
 # bench), DRAIN_BATCH (1024), DRAIN_WINDOW (200000), DRAIN_ACK_EVERY (50000),
-# WALFEED_BUFFER_BYTES (1073741824).
+# WALFEED_BUFFER_BYTES (the server default, 67108864), WALFEED_READ_COALESCE
+# (unset: the server default).
 set -euo pipefail
 
 : "${SLOT:?SLOT not set}" "${END_LSN:?END_LSN not set}" "${PUBLICATION:?PUBLICATION not set}"
@@ -57,8 +58,8 @@ checkpoint:
   schema: $schema
 shutdown_timeout: 5s
 defaults:
-  # The setting docs/performance.md was measured with (the default is 64 MiB).
-  buffer_bytes: ${WALFEED_BUFFER_BYTES:-1073741824}
+  buffer_bytes: ${WALFEED_BUFFER_BYTES:-67108864}
+${WALFEED_READ_COALESCE:+  read_coalesce: $WALFEED_READ_COALESCE}
 streams:
   - name: bench
     conninfo: "$conninfo"
