@@ -11,7 +11,7 @@
 //   checkpoint: {schema, conninfo | conninfo_file | conninfo_env}
 //   shutdown_timeout: 10s
 //   defaults: {max_batch_events, max_batch_bytes, max_unacked_events,
-//              max_unacked_bytes, progress_interval, buffer_bytes}
+//              max_unacked_bytes, progress_interval, buffer_bytes, read_coalesce}
 //   streams: [{name, conninfo | conninfo_file | conninfo_env, slot,
 //              publications, tables, create_missing}]
 //

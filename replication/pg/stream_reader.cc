@@ -91,6 +91,9 @@ absl::Status StreamReader::Run(Lsn start) {
   Backoff backoff(options_.backoff_base, options_.backoff_cap, options_.backoff_seed);
   while (!stop_.load()) {
     absl::Status status = RunSession(durable_);
+    // A session that ended with an error skipped the OnDrained of its last turn:
+    // what it handed over must not wait for the next session.
+    sink_->OnDrained();
     if (stop_.load()) return absl::OkStatus();
     if (!IsTransient(status)) {
       Logger()->error("stream {}: stopped: {}", options_.stream_name, status.ToString());
@@ -131,6 +134,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
   assembler_.Reset(start);
   skipping_ = false;
   last_status_sent_ = absl::InfinitePast();
+  last_status_replied_ = false;
   quick_requests_ = 0;
 
   absl::Duration interval = options_.max_feedback_interval;
@@ -165,7 +169,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
       WALFEED_ASSIGN_OR_RETURN(std::optional<Frame> frame, conn->TryRead());
       if (!frame) {
         caught_up = frames_since_read == 0;
-        if (caught_up || frames >= kMaxDrainFrames) break;
+        if (caught_up) break;
         WALFEED_RETURN_IF_ERROR(conn->ConsumeInput());
         frames_since_read = 0;
         continue;
@@ -175,11 +179,15 @@ absl::Status StreamReader::RunSession(Lsn start) {
       last_session_streamed_ = true;
       WALFEED_RETURN_IF_ERROR(HandleFrame(frame->bytes(), &reply_now));
       room = sink_->HasRoom();
+      // libpq's buffer only grows (to the largest message seen), so one read may
+      // hold many frames: the bound applies inside a read too.
+      if (frames >= kMaxDrainFrames) break;
     }
     sink_->OnDrained();
     absl::Time now = absl::Now();
     if (reply_now || now >= next_status) {
       WALFEED_RETURN_IF_ERROR(SendStatusUpdate(*conn));
+      last_status_replied_ = reply_now;
       next_status = now + interval;
     }
     // Coalescing (ReaderOptions::read_coalesce): after a read that brought data,
@@ -216,8 +224,11 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
     stats_.server_wal_end = std::max(stats_.server_wal_end, keepalive->wal_end);
     if (keepalive->reply_requested) {
       *reply_now = true;
-      if (absl::Now() - last_status_sent_ >= ping_floor_) {
-        quick_requests_ = 0;  // Could be an ordinary timeout ping.
+      // Early: soon after our answer to the previous request. Anything else
+      // (a timeout ping, a request after a periodic update) breaks the chain.
+      const bool early = last_status_replied_ && absl::Now() - last_status_sent_ < ping_floor_;
+      if (!early) {
+        quick_requests_ = 0;
       } else if (++quick_requests_ >= kShutdownQuickRequests) {
         return absl::UnavailableError(absl::StrCat(
             "PostgreSQL asked ", quick_requests_,

@@ -1,11 +1,12 @@
 // StreamReader: the per-stream replication loop, one thread, the only owner of its
 // replication connection.
 //
-//   poll(socket, wake fd; deadline = next status update)
-//     │ readable                                  │ deadline / reply requested
+//   poll(socket, wake fd; deadline = next status update, or the read_coalesce
+//     │ readable       window after a read)      │ deadline / reply requested
 //     ▼                                           ▼
-//   drain every buffered CopyData frame     AckTracker::Confirmable()
-//   (while the sink has room)                 → persist it (ConfirmedLsnStore)
+//   read the socket until empty, handing   AckTracker::Confirmable()
+//   over every CopyData frame (while the      → persist it (ConfirmedLsnStore)
+//   sink has room), then sink->OnDrained()
 //     │ copy_data::Decode                       → 'r' status update, flush = durable
 //     ├─ 'k' keepalive ─► AckTracker::OnKeepalive
 //     └─ 'w' XLogData ─► pgoutput::Decode ─► TransactionAssembler
@@ -32,11 +33,12 @@
 //   (PG 15 WalSndDone). walfeed confirms only what is acked and stored, and the
 //   store is that very server, so the wait would never end. A live walsender
 //   requests a reply only when wal_sender_timeout / 2 passed without hearing from
-//   us (never when the timeout is 0); a request arriving sooner after our last
-//   status update can only come from the shutdown wait. kShutdownQuickRequests
-//   such requests in a row, with no data between them, end the session as
-//   transient, letting the shutdown finish; the reader resumes from its stored
-//   position afterwards. Counting requests rather than a rate keeps this
+//   us (never when the timeout is 0), so it cannot ask again soon after we
+//   answered its request; the shutdown wait asks again at once. A chain of
+//   kShutdownQuickRequests requests, each arriving less than
+//   wal_sender_timeout / 4 after our reply to the previous one, with no data
+//   between them, ends the session as transient, letting the shutdown finish;
+//   the reader resumes from its stored position afterwards. Counting requests rather than a rate keeps this
 //   independent of how long each reply takes (storing the position may itself
 //   wait on the stopping server). Known gap: while the sink is full the socket is
 //   not read, so the requests go unseen and the shutdown waits until the buffer
@@ -72,9 +74,9 @@ class StreamSink {
   // Every transaction's Commit, even one whose events were all at or below
   // ReaderOptions::deliver_after (and so never passed to OnEvent).
   virtual void OnCommit(const TransactionCommitted& commit) = 0;
-  // The reader has handed over everything it had read from the socket and is
-  // about to wait for more: a sink that wakes consumers can do it here, once
-  // per read instead of once per event.
+  // Called once per turn of the reader's loop, after it handed over what it
+  // read (possibly nothing), and when a session ends: a sink that wakes
+  // consumers can do it here instead of once per event.
   virtual void OnDrained() {}
   // The connection is streaming from `start` / was lost with `why` (transient).
   virtual void OnConnected(Lsn start) { (void)start; }
@@ -113,13 +115,14 @@ struct ReaderOptions {
   absl::Duration backoff_base = absl::Milliseconds(100);
   absl::Duration backoff_cap = absl::Seconds(30);
   uint64_t backoff_seed = 1;
-  // After a read that brought data, wait this long (or for Stop/Wake) before
-  // reading the socket again, so that the next read finds more. A reader that
+  // After a read that emptied the socket, wait this long (or for Stop/Wake)
+  // before reading it again, so that the next read finds more. A reader that
   // wakes for every message the walsender writes makes the walsender pay a
-  // wake-up per message: on single-row transactions its CPU per event doubled
-  // (docs/performance.md). The cost is at most this much added latency for
-  // changes that arrive during the window; the first change after a quiet
-  // period is read at once. Zero reads as soon as anything arrives.
+  // wake-up per message: on a backlog of single-row transactions, reading at
+  // once gave about a quarter less throughput and a third more walsender CPU
+  // per event than 1 ms (docs/performance.md). The cost is at most this much
+  // added latency for changes that arrive during the window; the first change
+  // after a quiet period is read at once. Zero reads as soon as anything arrives.
   absl::Duration read_coalesce = absl::Milliseconds(1);
 };
 
@@ -194,10 +197,11 @@ class StreamReader {
   bool skipping_ = false;    // Inside a transaction re-sent after a reconnect.
   bool last_session_streamed_ = false;  // The last session received data.
   absl::Time last_status_sent_ = absl::InfinitePast();  // Our last status update.
+  bool last_status_replied_ = false;  // It answered a reply request.
   // A reply request sooner than this after our last status update is not a
   // timeout ping (those come wal_sender_timeout / 2 after it; margin halves it).
   absl::Duration ping_floor_ = absl::InfiniteDuration();
-  int quick_requests_ = 0;  // Consecutive reply requests sooner than ping_floor_.
+  int quick_requests_ = 0;  // Length of the current chain of early reply requests.
   std::vector<TransactionAssembler::Output> outputs_;  // Reused per frame.
 
   mutable absl::Mutex stats_mu_;
