@@ -55,18 +55,30 @@ absl::string_view RightName(Right right) {
       return "subscribe";
     case Right::kStatus:
       return "status";
+    case Right::kAdmin:
+      return "admin";
   }
   return "unknown";
 }
 
+bool TokenGrant::Has(Right right) const {
+  switch (right) {
+    case Right::kSubscribe:
+      return subscribe_;
+    case Right::kStatus:
+      return status_;
+    case Right::kAdmin:
+      return admin_;
+  }
+  return false;
+}
+
 bool TokenGrant::Allows(Right right, absl::string_view stream) const {
-  const bool has_right = right == Right::kSubscribe ? subscribe_ : status_;
-  return has_right && (all_streams_ || streams_.contains(stream));
+  return Has(right) && (all_streams_ || streams_.contains(stream));
 }
 
 bool TokenGrant::AllowsSomeStream(Right right) const {
-  const bool has_right = right == Right::kSubscribe ? subscribe_ : status_;
-  return has_right && (all_streams_ || !streams_.empty());
+  return Has(right) && (all_streams_ || !streams_.empty());
 }
 
 absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Load(const std::string& path) {
@@ -136,10 +148,12 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Parse(absl::string_view text,
         grant.subscribe_ = true;
       } else if (right == "status") {
         grant.status_ = true;
+      } else if (right == "admin") {
+        grant.admin_ = true;
       } else {
         return error(absl::StrCat("right ", index,
                                   " of the rights (field 2) is not a right; rights are a "
-                                  "comma-separated list of subscribe and status"));
+                                  "comma-separated list of subscribe, status and admin"));
       }
     }
 

@@ -13,7 +13,8 @@
 //     optional '=' padding (RFC 6750's b64token, so it fits an HTTP header
 //     as is); generate one with `openssl rand -base64 32`. Each token appears
 //     once in the file;
-//   - right: `subscribe` (Subscribe and Ack) or `status` (GetStatus);
+//   - right: `subscribe` (Subscribe and Ack), `status` (GetStatus) or `admin`
+//     (RemoveConsumer);
 //   - stream: a configured stream's name, or `*` for every stream.
 //
 //   e.g.  EXAMPLE-ONLY-not-a-real-token-1  subscribe,status  orders,inventory
@@ -52,9 +53,10 @@ namespace walfeed::server {
 enum class Right {
   kSubscribe,  // Subscribe and Ack.
   kStatus,     // GetStatus.
+  kAdmin,      // RemoveConsumer.
 };
 
-// "subscribe" or "status", as written in the tokens file.
+// "subscribe", "status" or "admin", as written in the tokens file.
 absl::string_view RightName(Right right);
 
 // Token length bounds, in characters.
@@ -75,8 +77,11 @@ class TokenGrant {
  private:
   friend class TokenAuthorizer;
   int line_ = 0;
+  bool Has(Right right) const;
+
   bool subscribe_ = false;
   bool status_ = false;
+  bool admin_ = false;
   bool all_streams_ = false;
   absl::flat_hash_set<std::string> streams_;
 };

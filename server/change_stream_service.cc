@@ -239,6 +239,31 @@ grpc::ServerUnaryReactor* ChangeStreamService::Ack(grpc::CallbackServerContext* 
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ChangeStreamService::RemoveConsumer(
+    grpc::CallbackServerContext* context, const walfeed::v1::RemoveConsumerRequest* request,
+    walfeed::v1::RemoveConsumerResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = Authorize(context, Right::kAdmin, request->stream());
+  absl::StatusOr<StreamRuntime*> runtime = Find(request->stream());
+  if (status.ok() && !runtime.ok()) status = runtime.status();
+  if (status.ok()) status = ValidateConsumerName(request->consumer());
+  if (!status.ok()) {
+    reactor->Finish(ToGrpc(status));
+    return reactor;
+  }
+  // Blocks on the durable delete (and on the consumer's acks in flight).
+  pool_->Run([reactor, request, response, runtime = *runtime] {
+    absl::StatusOr<replication::EventId> checkpoint = runtime->RemoveConsumer(request->consumer());
+    if (!checkpoint.ok()) {
+      reactor->Finish(ToGrpc(checkpoint.status()));
+      return;
+    }
+    if (*checkpoint != replication::EventId{}) response->set_checkpoint(checkpoint->ToString());
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
     grpc::CallbackServerContext* context, const walfeed::v1::GetStatusRequest* request,
     walfeed::v1::GetStatusResponse* response) {

@@ -39,7 +39,8 @@ grpc::Status ToGrpc(const absl::Status& status);
 using ChangeStreamBase = walfeed::v1::ChangeStream::WithRawCallbackMethod_Subscribe<
     walfeed::v1::ChangeStream::WithCallbackMethod_Ack<
         walfeed::v1::ChangeStream::WithCallbackMethod_GetStatus<
-            walfeed::v1::ChangeStream::Service>>>;
+            walfeed::v1::ChangeStream::WithCallbackMethod_RemoveConsumer<
+                walfeed::v1::ChangeStream::Service>>>>;
 
 class ChangeStreamService final : public ChangeStreamBase {
  public:
@@ -58,6 +59,9 @@ class ChangeStreamService final : public ChangeStreamBase {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const walfeed::v1::GetStatusRequest* request,
                                       walfeed::v1::GetStatusResponse* response) override;
+  grpc::ServerUnaryReactor* RemoveConsumer(grpc::CallbackServerContext* context,
+                                           const walfeed::v1::RemoveConsumerRequest* request,
+                                           walfeed::v1::RemoveConsumerResponse* response) override;
 
  private:
   absl::Status Authorize(grpc::CallbackServerContext* context, Right right,

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "replication/retry.h"
 #include "server/event_convert.h"
@@ -227,6 +228,11 @@ absl::StatusOr<OpenedSession> StreamRuntime::Open(const std::string& consumer,
           error_, "; retry shortly"));
     }
     // Refusals first: a refused Subscribe must not register the consumer.
+    if (auto known = consumers_.find(consumer);
+        known != consumers_.end() && known->second.removing) {
+      return absl::UnavailableError(absl::StrCat("consumer \"", consumer,
+                                                 "\" is being removed; retry shortly"));
+    }
     if (start_after) {
       auto known = consumers_.find(consumer);
       const EventId checkpoint = known == consumers_.end() ? EventId{} : known->second.checkpoint;
@@ -402,7 +408,14 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
     }
     tracker = tracker_;
     committer = committer_;
+    ++acks_in_flight_[consumer];
   }
+  // Until this ack's durable write is over, a removal of the consumer waits.
+  absl::Cleanup landed = [this, &consumer] {
+    absl::MutexLock lock(&mu_);
+    auto it = acks_in_flight_.find(consumer);
+    if (it != acks_in_flight_.end() && --it->second == 0) acks_in_flight_.erase(it);
+  };
   absl::Status delivered = tracker->CheckDelivered(id);
   if (!delivered.ok()) return delivered;
   absl::Status durable = committer->AckDurably(name(), consumer, id);
@@ -440,6 +453,69 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
   WakeAll(wake);
   if (reader) reader->Wake();  // The buffer may have room again.
   return outcome;
+}
+
+absl::StatusOr<EventId> StreamRuntime::RemoveConsumer(const std::string& consumer) {
+  std::shared_ptr<Session> ended;
+  std::shared_ptr<replication::AckTracker> tracker;
+  std::shared_ptr<replication::pg::GroupCommitter> committer;
+  EventId checkpoint;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_) return *failed_;
+    auto it = consumers_.find(consumer);
+    if (it == consumers_.end() || it->second.removing) {
+      return absl::NotFoundError(absl::StrCat("stream \"", name(), "\" has no consumer \"",
+                                              consumer, "\"", it == consumers_.end() ? "" :
+                                              " (it is being removed)"));
+    }
+    Consumer& state = it->second;
+    state.removing = true;
+    checkpoint = state.checkpoint;
+    if (state.active) {
+      ended = EndLocked(state.active,
+                        absl::AbortedError(absl::StrCat("consumer \"", consumer,
+                                                        "\" was removed (RemoveConsumer)")));
+      state.active.reset();
+    }
+    tracker = tracker_;
+    committer = committer_;
+    if (!tracker || !committer) {
+      state.removing = false;
+      return absl::UnavailableError(absl::StrCat("stream \"", name(),
+                                                 "\" is still connecting; retry shortly"));
+    }
+    // Acks that passed their checks before the session ended finish first: one
+    // stored after the delete would bring the checkpoint back.
+    auto none_in_flight = [this, &consumer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !acks_in_flight_.contains(consumer);
+    };
+    mu_.Await(absl::Condition(&none_in_flight));
+  }
+  if (ended) ended->Wake();
+  absl::Status removed = committer->RemoveConsumer(name(), consumer);
+  std::vector<std::shared_ptr<Session>> wake;
+  std::shared_ptr<replication::pg::StreamReader> reader;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = consumers_.find(consumer);
+    if (!removed.ok()) {
+      if (it != consumers_.end()) it->second.removing = false;
+      return absl::UnavailableError(absl::StrCat("could not store the removal of consumer \"",
+                                                 consumer, "\": ", removed.message(),
+                                                 "; it is kept, retry"));
+    }
+    if (it != consumers_.end()) consumers_.erase(it);
+    (void)tracker->RemoveConsumer(consumer);
+    TrimLocked();
+    wake = TakeWaitingLocked();
+    reader = reader_;
+  }
+  WakeAll(wake);
+  if (reader) reader->Wake();  // The buffer may have room again.
+  Logger()->info("stream {}: consumer {} removed (its checkpoint was {})", name(), consumer,
+                 IdOrNone(checkpoint));
+  return checkpoint;
 }
 
 void StreamRuntime::TrimLocked() {

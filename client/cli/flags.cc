@@ -142,6 +142,7 @@ std::string MainUsage() {
       "Commands:\n"
       "  tail     print a stream's change events (one JSON object per line)\n"
       "  status   show streams, slots and consumers\n"
+      "  remove-consumer  forget a consumer that is gone for good\n"
       "  help     this help; `walfeed <command> --help` for a command's flags\n"
       "  version  print the version\n"
       "\n",
@@ -198,9 +199,29 @@ std::string StatusUsage() {
       kCommonHelp, "\n", kExitHelp);
 }
 
+std::string RemoveConsumerUsage() {
+  return absl::StrCat(
+      "usage: walfeed remove-consumer --stream S --consumer C --yes [flags]\n"
+      "\n"
+      "Forgets consumer C of stream S on the server: its durable checkpoint is\n"
+      "deleted, its session (if any) ends, and it no longer holds back the stream's\n"
+      "buffer or the replication slot, so PostgreSQL may discard the WAL of every\n"
+      "change C has not acked. For consumers that are gone for good; a consumer that\n"
+      "subscribes under the same name later is a new one. Needs a token with the\n"
+      "admin right when the server checks tokens. Prints the checkpoint C had.\n"
+      "\n"
+      "  --stream S             the stream (required)\n"
+      "  --consumer C           the consumer to forget (required)\n"
+      "  --yes                  required: confirms that C's unacked changes may be lost\n"
+      "  --timeout SECONDS      how long to wait for the server (default 30)\n"
+      "\n",
+      kCommonHelp, "\n", kExitHelp);
+}
+
 std::string UsageFor(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "tail") return TailUsage();
   if (!args.empty() && args[0] == "status") return StatusUsage();
+  if (!args.empty() && args[0] == "remove-consumer") return RemoveConsumerUsage();
   return MainUsage();
 }
 
@@ -322,6 +343,41 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
       return invocation;
     }
     invocation.command = Command::kStatus;
+    return invocation;
+  }
+  if (command == "remove-consumer") {
+    RemoveConsumerFlags& remove = invocation.remove_consumer;
+    FlagSet flags;
+    AddCommon(&remove.common, &flags);
+    flags.with_value["--stream"] = [&remove](const std::string& v) {
+      remove.stream = v;
+      return absl::OkStatus();
+    };
+    flags.with_value["--consumer"] = [&remove](const std::string& v) {
+      remove.consumer = v;
+      return absl::OkStatus();
+    };
+    flags.with_value["--timeout"] = [&remove](const std::string& v) {
+      absl::StatusOr<absl::Duration> timeout = ParseSeconds("--timeout", v);
+      if (!timeout.ok()) return timeout.status();
+      remove.timeout = *timeout;
+      return absl::OkStatus();
+    };
+    flags.switches["--yes"] = [&remove] { remove.yes = true; };
+    if (absl::Status parsed = ParseFlags(args, 1, flags, &help); !parsed.ok()) return parsed;
+    if (help) {
+      invocation.command = Command::kHelp;
+      invocation.help = RemoveConsumerUsage();
+      return invocation;
+    }
+    if (remove.stream.empty()) return Usage("--stream is required");
+    if (remove.consumer.empty()) return Usage("--consumer is required");
+    if (!remove.yes) {
+      return Usage(absl::StrCat("removing consumer \"", remove.consumer,
+                                "\" lets PostgreSQL discard every change it has not acked; "
+                                "pass --yes to confirm"));
+    }
+    invocation.command = Command::kRemoveConsumer;
     return invocation;
   }
   return Usage(absl::StrCat("unknown command \"", command, "\""));

@@ -68,13 +68,22 @@ struct StatusFlags {
   absl::Duration timeout = absl::Seconds(30);
 };
 
-enum class Command { kHelp, kVersion, kTail, kStatus };
+struct RemoveConsumerFlags {
+  CommonFlags common;
+  std::string stream;
+  std::string consumer;
+  bool yes = false;  // --yes: the caller knows what removing means.
+  absl::Duration timeout = absl::Seconds(30);
+};
+
+enum class Command { kHelp, kVersion, kTail, kStatus, kRemoveConsumer };
 
 struct Invocation {
   Command command = Command::kHelp;
   std::string help;  // For kHelp: the text to print.
   TailFlags tail;
   StatusFlags status;
+  RemoveConsumerFlags remove_consumer;
 };
 
 // A usage error: InvalidArgument whose message says what is wrong; UsageFor
@@ -85,6 +94,7 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
 std::string MainUsage();
 std::string TailUsage();
 std::string StatusUsage();
+std::string RemoveConsumerUsage();
 // The usage text for the command named first in `args` (MainUsage if none).
 std::string UsageFor(const std::vector<std::string>& args);
 

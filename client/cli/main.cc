@@ -198,29 +198,63 @@ int TailWithTimeout(const TailFlags& flags) {
   return code;
 }
 
-int Status(const StatusFlags& flags) {
-  absl::StatusOr<SubscriberOptions> options = Connection(flags.common);
-  if (!options.ok()) return Fail(options.status());
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(*options);
-  if (!channel.ok()) return Fail(channel.status());
-  auto stub = walfeed::v1::ChangeStream::NewStub(*channel);
+// One unary call's stub and context: the deadline, wait-for-ready (a server that
+// is still starting is waited for, within the timeout) and the bearer token.
+struct UnaryCall {
+  std::unique_ptr<walfeed::v1::ChangeStream::Stub> stub;
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + flags.timeout));
-  // Ride out a server that is still starting, within the timeout.
-  context.set_wait_for_ready(true);
+};
+
+absl::Status PrepareCall(const CommonFlags& common, absl::Duration timeout, UnaryCall* call) {
+  absl::StatusOr<SubscriberOptions> options = Connection(common);
+  if (!options.ok()) return options.status();
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(*options);
+  if (!channel.ok()) return channel.status();
+  call->stub = walfeed::v1::ChangeStream::NewStub(*channel);
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  call->context.set_wait_for_ready(true);
   if (!options->bearer_token.empty()) {
-    context.AddMetadata("authorization", "Bearer " + options->bearer_token);
+    call->context.AddMetadata("authorization", "Bearer " + options->bearer_token);
+  }
+  return absl::OkStatus();
+}
+
+// A failed call as a status naming the RPC and the server.
+absl::Status CallError(const grpc::Status& status, absl::string_view rpc,
+                       const std::string& server) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(rpc, " on ", server, ": ", status.error_message()));
+}
+
+int Status(const StatusFlags& flags) {
+  UnaryCall call;
+  if (absl::Status prepared = PrepareCall(flags.common, flags.timeout, &call); !prepared.ok()) {
+    return Fail(prepared);
   }
   walfeed::v1::GetStatusRequest request;
   request.set_stream(flags.stream);
   walfeed::v1::GetStatusResponse response;
-  const grpc::Status status = stub->GetStatus(&context, request, &response);
-  if (!status.ok()) {
-    return Fail(absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                             absl::StrCat("GetStatus from ", flags.common.server, ": ",
-                                          status.error_message())));
-  }
+  const grpc::Status status = call.stub->GetStatus(&call.context, request, &response);
+  if (!status.ok()) return Fail(CallError(status, "GetStatus", flags.common.server));
   std::cout << (flags.json ? StatusJson(response) : StatusTable(response)) << std::flush;
+  return kExitOk;
+}
+
+int RemoveConsumer(const RemoveConsumerFlags& flags) {
+  UnaryCall call;
+  if (absl::Status prepared = PrepareCall(flags.common, flags.timeout, &call); !prepared.ok()) {
+    return Fail(prepared);
+  }
+  walfeed::v1::RemoveConsumerRequest request;
+  request.set_stream(flags.stream);
+  request.set_consumer(flags.consumer);
+  walfeed::v1::RemoveConsumerResponse response;
+  const grpc::Status status = call.stub->RemoveConsumer(&call.context, request, &response);
+  if (!status.ok()) return Fail(CallError(status, "RemoveConsumer", flags.common.server));
+  std::cout << "removed consumer " << flags.consumer << " of stream " << flags.stream
+            << " (its checkpoint was "
+            << (response.checkpoint().empty() ? "none" : response.checkpoint()) << ")"
+            << std::endl;
   return kExitOk;
 }
 
@@ -245,6 +279,8 @@ int Main(int argc, char** argv) {
       return TailWithTimeout(invocation->tail);
     case Command::kStatus:
       return Status(invocation->status);
+    case Command::kRemoveConsumer:
+      return RemoveConsumer(invocation->remove_consumer);
   }
   return kExitUsage;
 }

@@ -323,6 +323,9 @@ TEST(FlagsTest, RefusesBadUsageWithAReason) {
       {{"tail", "--stream"}, "needs a value"},
       {{"status", "--bogus"}, "unknown argument"},
       {{"status", "--format", "yaml"}, "--format must be table or json"},
+      {{"remove-consumer", "--consumer", "c", "--yes"}, "--stream is required"},
+      {{"remove-consumer", "--stream", "s", "--yes"}, "--consumer is required"},
+      {{"remove-consumer", "--stream", "s", "--consumer", "c"}, "pass --yes to confirm"},
   };
   for (const auto& [args, why] : cases) {
     EXPECT_THAT(ParseCommandLine(args), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(why)))
@@ -336,6 +339,8 @@ TEST(FlagsTest, HelpEverywhere) {
                                              {"help"},
                                              {"tail", "--help"},
                                              {"status", "--help"},
+                                             {"remove-consumer", "--help"},
+                                             {"help", "remove-consumer"},
                                              {"help", "tail"},
                                              {"tail", "--stream", "s", "-h"}}) {
     absl::StatusOr<Invocation> parsed = ParseCommandLine(args);
@@ -346,6 +351,20 @@ TEST(FlagsTest, HelpEverywhere) {
   }
   EXPECT_THAT(ParseCommandLine({"tail", "--help"})->help, HasSubstr("--until"));
   EXPECT_THAT(ParseCommandLine({"status", "--help"})->help, Not(HasSubstr("--until")));
+}
+
+TEST(FlagsTest, ParsesRemoveConsumer) {
+  absl::StatusOr<Invocation> parsed =
+      ParseCommandLine({"remove-consumer", "--stream", "orders", "--consumer=old-billing", "--yes",
+                        "--server", "db:1", "--timeout", "5"});
+  ASSERT_THAT(parsed, IsOk());
+  ASSERT_EQ(parsed->command, Command::kRemoveConsumer);
+  EXPECT_EQ(parsed->remove_consumer.stream, "orders");
+  EXPECT_EQ(parsed->remove_consumer.consumer, "old-billing");
+  EXPECT_TRUE(parsed->remove_consumer.yes);
+  EXPECT_EQ(parsed->remove_consumer.common.server, "db:1");
+  EXPECT_EQ(parsed->remove_consumer.timeout, absl::Seconds(5));
+  EXPECT_THAT(MainUsage(), HasSubstr("remove-consumer"));
 }
 
 TEST(FlagsTest, ExitCodes) {

@@ -168,7 +168,7 @@ TEST(AuthTest, MalformedLinesNameTheLineButNeverTheToken) {
        "longer than 256 characters"},
       {absl::StrCat(kSecret, "\"quote subscribe orders"), "may hold only A-Z a-z 0-9"},
       {absl::StrCat(kSecret, "=x subscribe orders"), "may hold only"},
-      {absl::StrCat(kSecret, " subscribe,admin orders"),
+      {absl::StrCat(kSecret, " subscribe,root orders"),
        "right 2 of the rights (field 2) is not a right"},
       {absl::StrCat(kSecret, " subscribe, orders"), "right 2 of the rights (field 2)"},
       // Fields swapped: the token lands where a right belongs, and is still not shown.
@@ -242,7 +242,7 @@ TEST(AuthTest, LoadReadsTheFile) {
 TEST(AuthTest, ExampleFileParses) {
   absl::StatusOr<TokenAuthorizer> example = TokenAuthorizer::Load(WALFEED_EXAMPLE_TOKENS);
   ASSERT_THAT(example, IsOk());
-  EXPECT_EQ(example->size(), 3u);
+  EXPECT_EQ(example->size(), 4u);
   // The streams of deploy/walfeed.example.yaml.
   EXPECT_THAT(example->CheckStreamsConfigured({"orders", "inventory"}), IsOk());
   EXPECT_THAT(example->Authorize("Bearer EXAMPLE-ONLY-orders-consumer-0000000001",
@@ -251,11 +251,35 @@ TEST(AuthTest, ExampleFileParses) {
   EXPECT_THAT(example->Authorize("Bearer EXAMPLE-ONLY-monitoring-00000000000003", Right::kSubscribe,
                                  "orders"),
               StatusIs(kDenied));
+  EXPECT_THAT(example->Authorize("Bearer EXAMPLE-ONLY-operator-0000000000000004", Right::kAdmin,
+                                 "inventory"),
+              IsOk());
+}
+
+// admin (RemoveConsumer) is a right of its own: subscribe and status do not
+// imply it, and it implies neither of them.
+TEST(AuthTest, AdminIsARightOfItsOwn) {
+  absl::StatusOr<TokenAuthorizer> authorizer = TokenAuthorizer::Parse(
+      "admin-token-00000000000001 admin orders\n"
+      "everything-but-admin-00002 subscribe,status *\n",
+      "tokens");
+  ASSERT_THAT(authorizer, IsOk());
+  const std::string admin = "Bearer admin-token-00000000000001";
+  const std::string others = "Bearer everything-but-admin-00002";
+  EXPECT_THAT(authorizer->Authorize(admin, Right::kAdmin, "orders"), IsOk());
+  EXPECT_THAT(authorizer->Authorize(admin, Right::kAdmin, "inventory"), StatusIs(kDenied));
+  EXPECT_THAT(authorizer->Authorize(admin, Right::kSubscribe, "orders"), StatusIs(kDenied));
+  EXPECT_THAT(authorizer->Authorize(admin, Right::kStatus, "orders"), StatusIs(kDenied));
+  EXPECT_THAT(authorizer->Authorize(others, Right::kAdmin, "orders"), StatusIs(kDenied));
+  EXPECT_THAT(TokenAuthorizer::Parse("admin-token-00000000000001 root orders\n", "tokens"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("subscribe, status and admin")));
 }
 
 TEST(AuthTest, RightNames) {
   EXPECT_EQ(RightName(Right::kSubscribe), "subscribe");
   EXPECT_EQ(RightName(Right::kStatus), "status");
+  EXPECT_EQ(RightName(Right::kAdmin), "admin");
 }
 
 }  // namespace

@@ -602,6 +602,20 @@ class ServerE2eTest : public ::testing::Test {
     return response.checkpoint();
   }
 
+  grpc::Status RemoveConsumer(const std::string& consumer,
+                              walfeed::v1::RemoveConsumerResponse* response = nullptr,
+                              const std::string& stream = kStream,
+                              const std::string& token = "") {
+    walfeed::v1::RemoveConsumerRequest request;
+    request.set_stream(stream);
+    request.set_consumer(consumer);
+    grpc::ClientContext context;
+    context.set_deadline(ChronoDeadline(kDeadline));
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    walfeed::v1::RemoveConsumerResponse ignored;
+    return stub_->RemoveConsumer(&context, request, response != nullptr ? response : &ignored);
+  }
+
   grpc::Status Status(const std::string& stream, GetStatusResponse* response,
                       const std::string& token = "") {
     GetStatusRequest request;
@@ -1316,6 +1330,12 @@ TEST_F(ServerE2eTest, BearerTokensAuthenticateAndAuthorizePerStreamAndRight) {
              AllOf(HasSubstr("subscribe"), HasSubstr(kStream), Not(HasSubstr(kStatusOnly)))));
   EXPECT_THAT(Ack("c", "s", "0/1:0", nullptr, kStream, kStatusOnly),
               GrpcIs(grpc::StatusCode::PERMISSION_DENIED, HasSubstr("subscribe")));
+  // Removing a consumer takes the admin right, which no token here has.
+  for (const char* token : {kSubscriber, kStatusOnly, kInventory}) {
+    EXPECT_THAT(RemoveConsumer("c", nullptr, kStream, token),
+                GrpcIs(grpc::StatusCode::PERMISSION_DENIED, HasSubstr("admin")))
+        << token;
+  }
   status.Clear();
   EXPECT_THAT(Status(kStream, &status, kStatusOnly), GrpcOk());
   ASSERT_EQ(status.streams_size(), 1);
@@ -1484,6 +1504,68 @@ TEST_F(ServerE2eTest, ReflectionListsTheServices) {
   }
   EXPECT_THAT(names, UnorderedElementsAre("walfeed.v1.ChangeStream", "grpc.health.v1.Health",
                                           "grpc.reflection.v1alpha.ServerReflection"));
+}
+
+// ---------------------------------------------------------------------------
+// 10b. RemoveConsumer.
+
+// A consumer that is gone for good holds the slot at its checkpoint; removing it
+// ends its session, deletes its checkpoint and lets the slot move on with the
+// remaining consumers. The same name afterwards is a new consumer.
+TEST_F(ServerE2eTest, RemoveConsumerReleasesTheSlotAndForgetsTheCheckpoint) {
+  StartServer(Yaml());
+  std::unique_ptr<Subscription> keeper = Subscribe(Request("keeper"));
+  std::unique_ptr<Subscription> laggard = Subscribe(Request("laggard"));
+  ASSERT_THAT(pg_->Exec("INSERT INTO orders SELECT g, 'a', g, NULL FROM generate_series(1, 3) g"),
+              IsOk());
+  ASSERT_TRUE(keeper->WaitForEvents(3));
+  ASSERT_TRUE(laggard->WaitForEvents(3));
+  const std::vector<ChangeEvent> t1 = keeper->events();
+  EXPECT_EQ(AckOk(*keeper, "keeper", t1[2].id()), t1[2].id());
+  EXPECT_EQ(AckOk(*laggard, "laggard", t1[0].id()), t1[0].id());  // Part of T1 only.
+  const std::string slot_confirmed =
+      absl::StrCat("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '",
+                   kSlot, "'");
+  const std::string laggard_rows =
+      "SELECT count(*) FROM walfeed.consumer_checkpoints WHERE consumer = 'laggard'";
+  EXPECT_EQ(Sql(laggard_rows), "1");
+  // The laggard holds the slot inside T1 (acked part of it: T1 is re-sent whole).
+  EXPECT_LE(Lsn::Parse(Sql(slot_confirmed)).value_or(Lsn()).value(), t1[0].commit_lsn());
+
+  walfeed::v1::RemoveConsumerResponse removed;
+  ASSERT_THAT(RemoveConsumer("laggard", &removed), GrpcOk());
+  EXPECT_EQ(removed.checkpoint(), t1[0].id());
+  ASSERT_TRUE(laggard->WaitForEnd());
+  EXPECT_THAT(*laggard->status(),
+              GrpcIs(grpc::StatusCode::ABORTED, AllOf(HasSubstr("laggard"), HasSubstr("removed"))));
+  EXPECT_EQ(Sql(laggard_rows), "0");
+  GetStatusResponse status;
+  ASSERT_THAT(Status(kStream, &status), GrpcOk());
+  ASSERT_EQ(status.streams(0).consumers_size(), 1);
+  EXPECT_EQ(status.streams(0).consumers(0).name(), "keeper");
+  // With only the keeper left, who acked all of T1, the slot moves past T1.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Lsn::Parse(Sql(slot_confirmed)).value_or(Lsn()).value() > t1[0].commit_lsn();
+      },
+      kDeadline));
+
+  // Errors.
+  EXPECT_THAT(RemoveConsumer("laggard"),
+              GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("no consumer \"laggard\"")));
+  EXPECT_THAT(RemoveConsumer("keeper", nullptr, "nope"),
+              GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("\"nope\"")));
+  EXPECT_THAT(RemoveConsumer("bad name!"),
+              GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("consumer")));
+
+  // The name again: a new consumer, with no checkpoint, from what the stream holds
+  // now (T1 was acked by every remaining consumer).
+  std::unique_ptr<Subscription> again = Subscribe(Request("laggard"));
+  EXPECT_EQ(again->started().checkpoint(), "");
+  ASSERT_THAT(pg_->Exec("INSERT INTO orders VALUES (4, 'b', 4, NULL)"), IsOk());
+  ASSERT_TRUE(again->WaitForEvents(1));
+  EXPECT_EQ(NewValue(again->events()[0], "id"), "4");
+  EXPECT_GT(again->events()[0].commit_lsn(), t1[0].commit_lsn());
 }
 
 // ---------------------------------------------------------------------------
