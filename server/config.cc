@@ -494,7 +494,8 @@ absl::StatusOr<StreamConfig> Parser::ParseStream(const YAML::Node& node,
   WALFEED_ASSIGN_OR_RETURN(Fields fields,
                            Map(node, path,
                                {"name", "conninfo", "conninfo_file", "conninfo_env", "slot",
-                                "publications", "tables", "create_missing"}));
+                                "publications", "tables", "create_missing",
+                                "publish_via_partition_root"}));
   StreamConfig stream;
   std::optional<YAML::Node> name = fields.Get("name");
   if (!name) return Missing(fields, "name", "the stream's name as clients see it");
@@ -525,6 +526,10 @@ absl::StatusOr<StreamConfig> Parser::ParseStream(const YAML::Node& node,
   }
   if (std::optional<YAML::Node> create = fields.Get("create_missing")) {
     WALFEED_ASSIGN_OR_RETURN(stream.create_missing, Bool(*create, fields.PathOf("create_missing")));
+  }
+  if (std::optional<YAML::Node> via_root = fields.Get("publish_via_partition_root")) {
+    WALFEED_ASSIGN_OR_RETURN(stream.publish_via_partition_root,
+                             Bool(*via_root, fields.PathOf("publish_via_partition_root")));
   }
   // The naming rules are StreamConfig's; its messages name the field (slot_name
   // is `slot` here, publication_names `publications`) but never the conninfo.

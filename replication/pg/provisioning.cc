@@ -458,13 +458,16 @@ absl::StatusOr<Lsn> CreateSlot(const StreamConfig& config) {
 
 std::string CreatePublicationSql(const StreamConfig& config, absl::string_view publication) {
   const std::vector<TableName> tables = ConfigTables(config);
-  if (tables.empty()) {
-    return absl::StrCat("CREATE PUBLICATION ", Quoted(publication), " FOR ALL TABLES");
-  }
-  return absl::StrCat("CREATE PUBLICATION ", Quoted(publication), " FOR TABLE ",
-                      absl::StrJoin(tables, ", ", [](std::string* out, const TableName& t) {
-                        out->append(t.Quoted());
-                      }));
+  const std::string what =
+      tables.empty() ? std::string("ALL TABLES")
+                     : absl::StrCat("TABLE ", absl::StrJoin(tables, ", ",
+                                                            [](std::string* out, const TableName& t) {
+                                                              out->append(t.Quoted());
+                                                            }));
+  return absl::StrCat("CREATE PUBLICATION ", Quoted(publication), " FOR ", what,
+                      config.publish_via_partition_root
+                          ? " WITH (publish_via_partition_root = true)"
+                          : "");
 }
 
 std::string CreateSlotSql(absl::string_view slot_name) {

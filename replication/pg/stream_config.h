@@ -59,6 +59,12 @@ struct StreamConfig {
   // Create missing publications and the slot (publications first). When false,
   // a missing object is an error that says how to create it.
   bool create_missing = false;
+  // For publications walfeed creates: publish changes to a partitioned table's
+  // partitions under the partitioned (root) table's name and row type, which is
+  // what a consumer subscribing to "public.measurements" means. PostgreSQL then
+  // does not publish a TRUNCATE of a single partition. False: each partition
+  // under its own name.
+  bool publish_via_partition_root = true;
 
   // OK, or InvalidArgument naming the offending field and the rule it breaks.
   absl::Status Validate() const;

@@ -102,6 +102,7 @@ TEST(ConfigTest, MinimalConfigTakesDefaults) {
   EXPECT_THAT(stream.publication_names, ElementsAre("walfeed_orders"));
   EXPECT_TRUE(stream.tables.empty());
   EXPECT_FALSE(stream.create_missing);
+  EXPECT_TRUE(stream.publish_via_partition_root);
 }
 
 TEST(ConfigTest, ExampleFileParses) {
@@ -130,6 +131,7 @@ TEST(ConfigTest, ExampleFileParses) {
   EXPECT_EQ(config->streams[0].slot_name, "walfeed_orders");
   EXPECT_THAT(config->streams[0].tables, ElementsAre("public.orders", "public.order_lines"));
   EXPECT_TRUE(config->streams[0].create_missing);
+  EXPECT_TRUE(config->streams[0].publish_via_partition_root);
   EXPECT_EQ(config->streams[1].name, "inventory");
   EXPECT_EQ(config->streams[1].conninfo, "host=inv dbname=inv password=example");
   EXPECT_FALSE(config->streams[1].create_missing);
@@ -168,6 +170,7 @@ streams:
     publications: [p1, p2]
     tables: [public.orders]
     create_missing: true
+    publish_via_partition_root: false
 )";
   absl::StatusOr<ServerConfig> config = ParseConfig(text, "/etc/walfeed/walfeed.yaml");
   ASSERT_THAT(config, IsOk());
@@ -190,6 +193,7 @@ streams:
   EXPECT_THAT(config->streams[0].publication_names, ElementsAre("p1", "p2"));
   EXPECT_THAT(config->streams[0].tables, ElementsAre("public.orders"));
   EXPECT_TRUE(config->streams[0].create_missing);
+  EXPECT_FALSE(config->streams[0].publish_via_partition_root);
 
   // A bare source name leaves relative paths relative to the working directory.
   config = ParseConfig(text, "walfeed.yaml");

@@ -123,8 +123,13 @@ TEST(StreamConfigTest, ParsesTableNamesLiterally) {
 
 TEST(StreamConfigTest, CommandTextQuotesIdentifiers) {
   StreamConfig config = ValidConfig();
-  EXPECT_EQ(CreatePublicationSql(config, "p\"x"), "CREATE PUBLICATION \"p\"\"x\" FOR ALL TABLES");
+  EXPECT_EQ(CreatePublicationSql(config, "p\"x"),
+            "CREATE PUBLICATION \"p\"\"x\" FOR ALL TABLES WITH (publish_via_partition_root = true)");
   config.tables = {"public.Orders", "we\"ird.t"};
+  EXPECT_EQ(CreatePublicationSql(config, "p"),
+            "CREATE PUBLICATION \"p\" FOR TABLE \"public\".\"Orders\", \"we\"\"ird\".\"t\" "
+            "WITH (publish_via_partition_root = true)");
+  config.publish_via_partition_root = false;
   EXPECT_EQ(CreatePublicationSql(config, "p"),
             "CREATE PUBLICATION \"p\" FOR TABLE \"public\".\"Orders\", \"we\"\"ird\".\"t\"");
   EXPECT_EQ(CreateSlotSql("s_1"), "SELECT pg_create_logical_replication_slot('s_1', 'pgoutput')");

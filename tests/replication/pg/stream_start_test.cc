@@ -3,8 +3,15 @@
 // its stored position with its consumers' checkpoints; a slot that was dropped,
 // recreated, advanced or invalidated behind walfeed's back is a definite DataLoss
 // naming the recovery, at start-up and while streaming, never a retry loop and
-// never a silently recreated slot. Waits are on conditions with deadlines.
+// never a silently recreated slot. A partitioned table's changes arrive under the
+// name the stream's publish_via_partition_root asks for. Waits are on conditions
+// with deadlines.
 #include "replication/pg/stream_start.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -58,16 +65,18 @@ class StreamStartTest : public ::testing::Test {
     return config;
   }
 
-  absl::StatusOr<PreparedStream> Prepare() {
-    return PrepareStream(Config(), committer_.get(), kSchema);
+  absl::StatusOr<PreparedStream> Prepare(const StreamConfig& config) {
+    return PrepareStream(config, committer_.get(), kSchema);
   }
+  absl::StatusOr<PreparedStream> Prepare() { return Prepare(Config()); }
 
-  ReaderOptions Options(const PreparedStream& prepared) {
-    ReaderOptions options = ReaderOptionsFor(Config(), prepared, kSchema);
+  ReaderOptions Options(const PreparedStream& prepared, const StreamConfig& config) {
+    ReaderOptions options = ReaderOptionsFor(config, prepared, kSchema);
     options.max_feedback_interval = absl::Milliseconds(200);
     options.min_persist_interval = absl::ZeroDuration();
     return options;
   }
+  ReaderOptions Options(const PreparedStream& prepared) { return Options(prepared, Config()); }
 
   std::string SlotColumn(const std::string& column) {
     return pg_->QueryValue("SELECT " + column +
@@ -256,6 +265,52 @@ TEST_F(InvalidatedSlotTest, InvalidatedSlotStopsTheReaderAndTheNextStart) {
                              HasSubstr("DELETE FROM"))));
   EXPECT_THAT(Prepare().status(), StatusIs(absl::StatusCode::kDataLoss));
 }
+
+// Rows written to the partitions of a partitioned table arrive under the
+// partitioned table's name when walfeed creates the publication with
+// publish_via_partition_root (the default), and under each partition's name
+// without it.
+class PartitionNamingTest : public StreamStartTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(PartitionNamingTest, PartitionChangesArriveUnderTheConfiguredName) {
+  const bool via_root = GetParam();
+  ASSERT_THAT(pg_->Exec("CREATE TABLE m (id int, region text, v text, PRIMARY KEY (id, region)) "
+                        "PARTITION BY LIST (region);"
+                        "CREATE TABLE m_eu PARTITION OF m FOR VALUES IN ('eu');"
+                        "CREATE TABLE m_us PARTITION OF m FOR VALUES IN ('us')"),
+              IsOk());
+  StreamConfig config = Config();
+  config.tables = {"public.m"};
+  config.publish_via_partition_root = via_root;
+  absl::StatusOr<PreparedStream> prepared = Prepare(config);
+  ASSERT_THAT(prepared, IsOk());
+  EXPECT_EQ(pg_->QueryValue("SELECT pubviaroot FROM pg_publication WHERE pubname = 'pub'")
+                .value_or("<error>"),
+            via_root ? "t" : "f");
+  AckTracker tracker(prepared->plan.start);
+  CollectingSink sink;
+  CommittedConfirmedStore confirmed(committer_.get(), "orders");
+  RunningReader reader(Options(*prepared, config), &tracker, &sink, &confirmed,
+                       prepared->plan.start);
+  ASSERT_THAT(pg_->Exec("INSERT INTO m VALUES (1, 'eu', 'a'), (2, 'us', 'b')"), IsOk());
+  ASSERT_TRUE(sink.WaitForCommits(1));
+  std::vector<std::string> tables;
+  for (const ChangeEvent& event : sink.events()) {
+    ASSERT_NE(event.relation, nullptr);
+    tables.push_back(absl::StrCat(event.relation->schema, ".", event.relation->table));
+  }
+  if (via_root) {
+    EXPECT_THAT(tables, ::testing::ElementsAre("public.m", "public.m"));
+  } else {
+    EXPECT_THAT(tables, ::testing::ElementsAre("public.m_eu", "public.m_us"));
+  }
+  EXPECT_THAT(reader.Stop(), IsOk());
+}
+
+INSTANTIATE_TEST_SUITE_P(Publications, PartitionNamingTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("ViaRoot") : std::string("PerPartition");
+                         });
 
 }  // namespace
 }  // namespace walfeed::replication::pg
