@@ -230,8 +230,10 @@ absl::StatusOr<OpenedSession> StreamRuntime::Open(const std::string& consumer,
     // Refusals first: a refused Subscribe must not register the consumer.
     if (auto known = consumers_.find(consumer);
         known != consumers_.end() && known->second.removing) {
-      return absl::UnavailableError(absl::StrCat("consumer \"", consumer,
-                                                 "\" is being removed; retry shortly"));
+      // Not UNAVAILABLE: a client retrying would come back as a new consumer
+      // once the removal is done and silently skip what it never acked.
+      return absl::AbortedError(absl::StrCat("consumer \"", consumer,
+                                             "\" is being removed (RemoveConsumer)"));
     }
     if (start_after) {
       auto known = consumers_.find(consumer);
@@ -387,7 +389,8 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
     auto it = consumers_.find(consumer);
     if (it == consumers_.end()) {
       return absl::NotFoundError(absl::StrCat("stream \"", name(), "\" has no consumer \"",
-                                              consumer, "\": Subscribe first"));
+                                              consumer,
+                                              "\" (it never subscribed, or was removed)"));
     }
     const Consumer& state = it->second;
     if (!state.active || state.active->id() != session_id) {
@@ -408,13 +411,14 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
     }
     tracker = tracker_;
     committer = committer_;
-    ++acks_in_flight_[consumer];
+    // Until this ack's durable write is over, a removal of the consumer waits (and
+    // so the consumer stays in consumers_).
+    ++it->second.acks_in_flight;
   }
-  // Until this ack's durable write is over, a removal of the consumer waits.
+  // On the early returns; the normal path counts the ack out in its last block.
   absl::Cleanup landed = [this, &consumer] {
     absl::MutexLock lock(&mu_);
-    auto it = acks_in_flight_.find(consumer);
-    if (it != acks_in_flight_.end() && --it->second == 0) acks_in_flight_.erase(it);
+    if (auto it = consumers_.find(consumer); it != consumers_.end()) --it->second.acks_in_flight;
   };
   absl::Status delivered = tracker->CheckDelivered(id);
   if (!delivered.ok()) return delivered;
@@ -435,6 +439,8 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
     auto it = consumers_.find(consumer);
     if (it != consumers_.end()) {
       Consumer& state = it->second;
+      --state.acks_in_flight;
+      std::move(landed).Cancel();
       state.checkpoint = std::max(state.checkpoint, id);
       outcome.checkpoint = state.checkpoint;
       if (state.active) {
@@ -459,19 +465,27 @@ absl::StatusOr<EventId> StreamRuntime::RemoveConsumer(const std::string& consume
   std::shared_ptr<Session> ended;
   std::shared_ptr<replication::AckTracker> tracker;
   std::shared_ptr<replication::pg::GroupCommitter> committer;
-  EventId checkpoint;
   {
     absl::MutexLock lock(&mu_);
+    // The stream's own state first: before it is prepared, consumers_ is not
+    // loaded yet and "no such consumer" would be a lie.
     if (failed_) return *failed_;
+    if (stopping_) return absl::UnavailableError("walfeed-server is stopping");
+    if (!tracker_ || !committer_) {
+      return absl::UnavailableError(
+          absl::StrCat("stream \"", name(), "\" is still connecting to PostgreSQL; retry shortly"));
+    }
     auto it = consumers_.find(consumer);
-    if (it == consumers_.end() || it->second.removing) {
+    if (it == consumers_.end()) {
       return absl::NotFoundError(absl::StrCat("stream \"", name(), "\" has no consumer \"",
-                                              consumer, "\"", it == consumers_.end() ? "" :
-                                              " (it is being removed)"));
+                                              consumer, "\" (never subscribed, or already removed)"));
     }
     Consumer& state = it->second;
+    if (state.removing) {
+      return absl::AbortedError(absl::StrCat("consumer \"", consumer,
+                                             "\" is being removed by another call"));
+    }
     state.removing = true;
-    checkpoint = state.checkpoint;
     if (state.active) {
       ended = EndLocked(state.active,
                         absl::AbortedError(absl::StrCat("consumer \"", consumer,
@@ -480,19 +494,22 @@ absl::StatusOr<EventId> StreamRuntime::RemoveConsumer(const std::string& consume
     }
     tracker = tracker_;
     committer = committer_;
-    if (!tracker || !committer) {
-      state.removing = false;
-      return absl::UnavailableError(absl::StrCat("stream \"", name(),
-                                                 "\" is still connecting; retry shortly"));
-    }
-    // Acks that passed their checks before the session ended finish first: one
-    // stored after the delete would bring the checkpoint back.
-    auto none_in_flight = [this, &consumer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !acks_in_flight_.contains(consumer);
-    };
-    mu_.Await(absl::Condition(&none_in_flight));
   }
   if (ended) ended->Wake();
+  EventId checkpoint;
+  {
+    // Acks that passed their checks before the session ended finish first: one
+    // stored after the delete would bring the checkpoint back.
+    absl::MutexLock lock(&mu_);
+    auto none_in_flight = [this, &consumer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto it = consumers_.find(consumer);
+      return it == consumers_.end() || it->second.acks_in_flight == 0;
+    };
+    mu_.Await(absl::Condition(&none_in_flight));
+    if (auto it = consumers_.find(consumer); it != consumers_.end()) {
+      checkpoint = it->second.checkpoint;  // Including what those acks stored.
+    }
+  }
   absl::Status removed = committer->RemoveConsumer(name(), consumer);
   std::vector<std::shared_ptr<Session>> wake;
   std::shared_ptr<replication::pg::StreamReader> reader;

@@ -194,8 +194,10 @@ class StreamRuntime : public replication::pg::StreamSink {
   // Forgets `consumer` (RemoveConsumer): ends its session with ABORTED, waits for
   // its acks still being written, deletes its durable checkpoint, and only then
   // stops holding the buffer and the slot for it (so a crash in between leaves
-  // the consumer whole, never a checkpoint the slot has moved past). Returns the
-  // checkpoint it had. NOT_FOUND unknown consumer; UNAVAILABLE when the delete
+  // the consumer whole, never a checkpoint the slot has moved past). While it
+  // runs, Subscribe as that consumer is ABORTED. Returns the checkpoint it had.
+  // NOT_FOUND unknown (or already removed) consumer; ABORTED another removal of
+  // it is running; UNAVAILABLE stream not prepared yet, stopping, or the delete
   // could not be stored (the consumer is kept; retry).
   absl::StatusOr<EventId> RemoveConsumer(const std::string& consumer) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -229,6 +231,9 @@ class StreamRuntime : public replication::pg::StreamSink {
     // RemoveConsumer is storing the removal: no session may start, but the
     // consumer still holds the buffer and the slot until the removal is durable.
     bool removing = false;
+    // Acks between their checks and their durable write: a removal waits for
+    // them, so that none can store the checkpoint again after the delete.
+    int acks_in_flight = 0;
   };
 
   void Pipeline() ABSL_LOCKS_EXCLUDED(mu_);
@@ -273,9 +278,6 @@ class StreamRuntime : public replication::pg::StreamSink {
   std::shared_ptr<replication::pg::GroupCommitter> committer_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<replication::pg::StreamReader> reader_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Consumer> consumers_ ABSL_GUARDED_BY(mu_);
-  // Acks between their check and their durable write, per consumer: a removal
-  // waits for them, so that none can store the checkpoint again after it.
-  absl::flat_hash_map<std::string, int> acks_in_flight_ ABSL_GUARDED_BY(mu_);
   std::deque<Buffered> buffer_ ABSL_GUARDED_BY(mu_);
   size_t buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   EventId trimmed_ ABSL_GUARDED_BY(mu_);  // Newest id dropped from the buffer.

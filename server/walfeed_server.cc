@@ -83,8 +83,8 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(ServerConfig
     }
     server->authorizer_ = std::move(*loaded);
   } else {
-    spdlog::warn("no auth.tokens_file configured: every client may subscribe, ack and read "
-                 "status");
+    spdlog::warn("no auth.tokens_file configured: every client may subscribe, ack, read "
+                 "status and remove consumers");
   }
 
   HealthBoard* health = server->health_.get();

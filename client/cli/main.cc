@@ -1,6 +1,7 @@
 // walfeed: the command-line client. `walfeed tail` prints a stream's events (one
 // JSON object or text line each) through walfeed::Subscriber, so it reconnects
-// and resumes like any consumer; `walfeed status` prints GetStatus as tables.
+// and resumes like any consumer; `walfeed status` prints GetStatus as tables or
+// JSON; `walfeed remove-consumer` calls RemoveConsumer.
 // Flags, output formats and exit codes: client/cli/flags.h, client/cli/format.h,
 // `walfeed --help`.
 #include <grpcpp/grpcpp.h>

@@ -420,6 +420,27 @@ bool Session::Process(SubscribeResponse& frame) {
     started_ = true;
     const walfeed::v1::Started& started = frame.started();
     session_id_ = started.session_id();
+    // A durable checkpoint never moves back: below what this process acked, the
+    // consumer was removed on the server (RemoveConsumer) or its checkpoint
+    // deleted. Resuming would run as a new consumer and silently skip or repeat.
+    if (*acked_) {
+      absl::StatusOr<EventId> server = started.checkpoint().empty()
+                                           ? absl::StatusOr<EventId>(EventId())
+                                           : EventId::Parse(started.checkpoint());
+      if (!server.ok()) return protocol_error(server.status().message());
+      if (*server < **acked_) {
+        end_ = SessionEnd{
+            SessionEnd::Kind::kDefinite,
+            absl::FailedPreconditionError(absl::StrCat(
+                "Subscribe ", What(), ": the server's checkpoint for this consumer is ",
+                started.checkpoint().empty() ? "none" : started.checkpoint(),
+                ", below ", (*acked_)->ToString(),
+                " which it acknowledged to this process: the consumer was removed on the "
+                "server (RemoveConsumer) or its checkpoint deleted; not resuming as a new "
+                "consumer"))};
+        return false;
+      }
+    }
     {
       absl::MutexLock lock(&core_->mu);
       core_->checkpoint = started.checkpoint();

@@ -178,6 +178,10 @@ struct Observed {
     absl::MutexLock lock(&mu);
     return retries;
   }
+  std::vector<std::string> Handled() {
+    absl::MutexLock lock(&mu);
+    return handled;
+  }
 };
 
 TEST(BatchTest, CreateChecksIdsAndOrder) {
@@ -473,6 +477,41 @@ INSTANTIATE_TEST_SUITE_P(StreamEnd, AbortedAckTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Takeover" : "SessionEnded";
                          });
+
+// A durable checkpoint never moves back; if the server's is below what this
+// process acked when it reconnects, the consumer was removed meanwhile and Run
+// ends instead of carrying on as a new consumer.
+TEST_F(SubscriberTest, ACheckpointBelowWhatWasAckedEndsRun) {
+  auto acked = std::make_shared<absl::Notification>();
+  service_.Script(
+      [acked](int call, grpc::ServerContext*, grpc::ServerWriter<SubscribeResponse>* w) {
+        if (call == 1) {
+          w->Write(Started("s1"));
+          w->Write(EventsFrame({"0/10:0", "0/10:1"}));
+          if (!acked->WaitForNotificationWithTimeout(kDeadline)) {
+            return grpc::Status(grpc::StatusCode::INTERNAL, "no ack came");
+          }
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting");
+        }
+        w->Write(Started(absl::StrCat("s", call)));  // No checkpoint: removed.
+        w->Write(EventsFrame({"0/20:0"}));
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "should not get this far");
+      },
+      [acked](const AckRequest& request, AckResponse* response) {
+        response->set_checkpoint(request.event_id());
+        acked->Notify();
+        return grpc::Status::OK;
+      });
+  SubscriberOptions options = Options();
+  Observed observed;
+  observed.Watch(&options);
+  Subscriber subscriber(options);
+  EXPECT_THAT(subscriber.Run(observed.Handler()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::AllOf(HasSubstr("none"), HasSubstr("0/10:1"),
+                                        HasSubstr("removed"))));
+  EXPECT_THAT(observed.Handled(), ::testing::ElementsAre("0/10:0", "0/10:1"));
+}
 
 TEST_F(SubscriberTest, TransientAckFailureReconnectsAndADefiniteOneEndsRun) {
   service_.Script(

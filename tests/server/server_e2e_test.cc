@@ -1568,6 +1568,23 @@ TEST_F(ServerE2eTest, RemoveConsumerReleasesTheSlotAndForgetsTheCheckpoint) {
   EXPECT_GT(again->events()[0].commit_lsn(), t1[0].commit_lsn());
 }
 
+// Removing a stream's only consumer does not release what it never acked: a
+// stream without consumers keeps everything for the next one, as before the
+// first consumer ever subscribed.
+TEST_F(ServerE2eTest, RemovingTheOnlyConsumerKeepsItsUnackedEventsForTheNext) {
+  StartServer(Yaml());
+  std::unique_ptr<Subscription> solo = Subscribe(Request("solo"));
+  ASSERT_THAT(pg_->Exec("INSERT INTO orders SELECT g, 'a', g, NULL FROM generate_series(1, 3) g"),
+              IsOk());
+  ASSERT_TRUE(solo->WaitForEvents(3));
+  const std::vector<ChangeEvent> t1 = solo->events();
+  ASSERT_THAT(RemoveConsumer("solo"), GrpcOk());
+  ASSERT_TRUE(solo->WaitForEnd());
+  std::unique_ptr<Subscription> next = Subscribe(Request("next"));
+  ASSERT_TRUE(next->WaitForEvents(3));
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(next->events()[i].id(), t1[i].id()) << i;
+}
+
 // ---------------------------------------------------------------------------
 // 11. GetStatus.
 

@@ -235,7 +235,11 @@ class Subscriber {
   //   the handler's error (annotated with the batch's ids);
   //   the server's definite status (message prefixed with the call), e.g.
   //     DATA_LOSS when the slot was lost, NOT_FOUND for an unknown stream,
-  //     ABORTED when another session took this consumer over;
+  //     ABORTED when another session took this consumer over or the consumer
+  //     was removed;
+  //   FAILED_PRECONDITION when, on a reconnect, the server's checkpoint is below
+  //     what this Subscriber had acked: the consumer was removed (or its
+  //     checkpoint deleted) meanwhile, and resuming would silently skip events;
   //   INVALID_ARGUMENT for unusable options (nothing was sent);
   //   INTERNAL when the server broke the protocol (malformed or unordered ids).
   // Call it once per Subscriber.
