@@ -190,10 +190,13 @@ absl::Status StreamReader::RunSession(Lsn start) {
       last_status_replied_ = reply_now;
       next_status = now + interval;
     }
-    // Coalescing (ReaderOptions::read_coalesce): after a read that brought data,
-    // the socket is not polled for input for a moment; it is read after it.
+    // Coalescing (ReaderOptions::read_coalesce): after a turn that brought data
+    // and emptied the socket, the socket is not polled for input for a moment; it
+    // is read after it. A turn cut short by kMaxDrainFrames may have left whole
+    // frames in libpq's buffer, which poll() cannot see: no waiting then.
     const bool coalesce = frames > 0 && caught_up && room && !reply_now &&
                           options_.read_coalesce > absl::ZeroDuration();
+    const bool more_buffered = room && frames >= kMaxDrainFrames;
     pollfd fds[2] = {
         {conn->socket(),
          static_cast<short>((room && !coalesce ? POLLIN : 0) |
@@ -201,7 +204,9 @@ absl::Status StreamReader::RunSession(Lsn start) {
          0},
         {wake_fd_, POLLIN, 0}};
     const absl::Time deadline =
-        coalesce ? std::min(next_status, now + options_.read_coalesce) : next_status;
+        more_buffered ? now
+        : coalesce    ? std::min(next_status, now + options_.read_coalesce)
+                      : next_status;
     const int ready = poll(fds, 2, PollTimeoutMs(now, deadline));
     if (ready < 0 && errno != EINTR) {
       return absl::InternalError(absl::StrCat("poll() failed: ", strerror(errno)));
