@@ -16,7 +16,8 @@
 # BENCH_PGPORT/BENCH_PGUSER/BENCH_PGDATABASE (default 127.0.0.1 55433 postgres
 # bench), DRAIN_BATCH (1024), DRAIN_WINDOW (200000), DRAIN_ACK_EVERY (50000),
 # WALFEED_BUFFER_BYTES (the server default, 67108864), WALFEED_READ_COALESCE
-# (unset: the server default).
+# (unset: the server default), WALFEED_BENCH_LOGS (a directory to keep each
+# run's server log in, as <slot>.log).
 set -euo pipefail
 
 : "${SLOT:?SLOT not set}" "${END_LSN:?END_LSN not set}" "${PUBLICATION:?PUBLICATION not set}"
@@ -46,6 +47,9 @@ cleanup() {
     wait "$time_pid" 2>/dev/null || true
   fi
   psql -X -q "$conninfo" -c "drop schema if exists $schema cascade" >/dev/null 2>&1 || true
+  if [ -n "${WALFEED_BENCH_LOGS:-}" ]; then
+    mkdir -p "$WALFEED_BENCH_LOGS" && cp "$tmp/server.log" "$WALFEED_BENCH_LOGS/$SLOT.log" 2>/dev/null || true
+  fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
