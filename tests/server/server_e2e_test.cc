@@ -47,6 +47,7 @@
 #include <google/protobuf/unknown_field_set.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <grpcpp/generic/generic_stub.h>
+#include <libpq-fe.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/match.h"
@@ -1566,6 +1567,65 @@ TEST_F(ServerE2eTest, RemoveConsumerReleasesTheSlotAndForgetsTheCheckpoint) {
   ASSERT_TRUE(again->WaitForEvents(1));
   EXPECT_EQ(NewValue(again->events()[0], "id"), "4");
   EXPECT_GT(again->events()[0].commit_lsn(), t1[0].commit_lsn());
+}
+
+// A removal racing an ack: the ack passed its checks and waits for its durable
+// write (held here by a row lock in PostgreSQL) when RemoveConsumer arrives. The
+// session ends at once and the consumer cannot subscribe while the removal waits;
+// once the lock is released the ack is stored first and the removal deletes after
+// it, so the checkpoint row does not come back, and the removal reports the ack.
+TEST_F(ServerE2eTest, RemoveConsumerWaitsForAnAckInFlight) {
+  StartServer(Yaml());
+  std::unique_ptr<Subscription> racer = Subscribe(Request("racer"));
+  ASSERT_THAT(pg_->Exec("INSERT INTO orders SELECT g, 'a', g, NULL FROM generate_series(1, 3) g"),
+              IsOk());
+  ASSERT_TRUE(racer->WaitForEvents(3));
+  const std::vector<ChangeEvent> e = racer->events();
+  EXPECT_EQ(AckOk(*racer, "racer", e[0].id()), e[0].id());  // Its row exists now.
+  const std::string row = "SELECT count(*) FROM walfeed.consumer_checkpoints WHERE consumer = 'racer'";
+  ASSERT_EQ(Sql(row), "1");
+
+  std::unique_ptr<PGconn, decltype(&PQfinish)> holder(PQconnectdb(pg_->ConnInfo().c_str()),
+                                                      &PQfinish);
+  ASSERT_EQ(PQstatus(holder.get()), CONNECTION_OK);
+  auto exec = [&](const char* sql) {
+    PGresult* result = PQexec(holder.get(), sql);
+    const ExecStatusType status = PQresultStatus(result);
+    PQclear(result);
+    return status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+  };
+  ASSERT_TRUE(exec("BEGIN"));
+  ASSERT_TRUE(exec("SELECT 1 FROM walfeed.consumer_checkpoints WHERE consumer = 'racer' "
+                   "FOR UPDATE"));
+
+  grpc::Status ack_status;
+  std::thread acker([&] { ack_status = Ack("racer", racer->session_id(), e[2].id()); });
+  // The ack's durable write waits on the row lock.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                   "AND query LIKE '%consumer_checkpoints%'") == "1";
+      },
+      kDeadline));
+  walfeed::v1::RemoveConsumerResponse removed;
+  grpc::Status remove_status;
+  std::thread remover([&] { remove_status = RemoveConsumer("racer", &removed); });
+  ASSERT_TRUE(racer->WaitForEnd());
+  EXPECT_THAT(*racer->status(), GrpcIs(grpc::StatusCode::ABORTED, HasSubstr("removed")));
+  EXPECT_THAT(SubscribeError(Request("racer")),
+              GrpcIs(grpc::StatusCode::ABORTED, HasSubstr("being removed")));
+  EXPECT_EQ(Sql(row), "1");  // Neither the ack nor the removal got through yet.
+
+  EXPECT_TRUE(exec("COMMIT"));
+  acker.join();
+  remover.join();
+  EXPECT_THAT(ack_status, GrpcOk());
+  EXPECT_THAT(remove_status, GrpcOk());
+  EXPECT_EQ(removed.checkpoint(), e[2].id());
+  EXPECT_EQ(Sql(row), "0");
+  GetStatusResponse status;
+  ASSERT_THAT(Status(kStream, &status), GrpcOk());
+  EXPECT_EQ(status.streams(0).consumers_size(), 0);
 }
 
 // Removing a stream's only consumer does not release what it never acked: a
