@@ -115,6 +115,24 @@ std::vector<std::string> List(const std::string& value) {
   return items;
 }
 
+// A flag whose value is stored as given.
+Setter Text(std::string* field) {
+  return [field](const std::string& v) {
+    *field = v;
+    return absl::OkStatus();
+  };
+}
+
+// --timeout SECONDS.
+Setter Timeout(absl::Duration* field) {
+  return [field](const std::string& v) {
+    absl::StatusOr<absl::Duration> timeout = ParseSeconds("--timeout", v);
+    if (!timeout.ok()) return timeout.status();
+    *field = *timeout;
+    return absl::OkStatus();
+  };
+}
+
 }  // namespace
 
 int ExitCodeFor(const absl::Status& status) {
@@ -245,14 +263,8 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
     TailFlags& tail = invocation.tail;
     FlagSet flags;
     AddCommon(&tail.common, &flags);
-    auto text = [](std::string* field) {
-      return [field](const std::string& v) {
-        *field = v;
-        return absl::OkStatus();
-      };
-    };
-    flags.with_value["--stream"] = text(&tail.stream);
-    flags.with_value["--consumer"] = text(&tail.consumer);
+    flags.with_value["--stream"] = Text(&tail.stream);
+    flags.with_value["--consumer"] = Text(&tail.consumer);
     flags.with_value["--tables"] = [&tail](const std::string& v) {
       for (std::string& table : List(v)) tail.tables.push_back(std::move(table));
       return absl::OkStatus();
@@ -294,12 +306,7 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
       }
       return absl::OkStatus();
     };
-    flags.with_value["--timeout"] = [&tail](const std::string& v) {
-      absl::StatusOr<absl::Duration> timeout = ParseSeconds("--timeout", v);
-      if (!timeout.ok()) return timeout.status();
-      tail.timeout = *timeout;
-      return absl::OkStatus();
-    };
+    flags.with_value["--timeout"] = Timeout(&tail.timeout);
     flags.with_value["--batch"] = [&tail](const std::string& v) {
       if (!absl::SimpleAtoi(v, &tail.batch) || tail.batch == 0) {
         return Usage(absl::StrCat("--batch needs a positive integer, got \"", v, "\""));
@@ -321,16 +328,8 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
     StatusFlags& status = invocation.status;
     FlagSet flags;
     AddCommon(&status.common, &flags);
-    flags.with_value["--stream"] = [&status](const std::string& v) {
-      status.stream = v;
-      return absl::OkStatus();
-    };
-    flags.with_value["--timeout"] = [&status](const std::string& v) {
-      absl::StatusOr<absl::Duration> timeout = ParseSeconds("--timeout", v);
-      if (!timeout.ok()) return timeout.status();
-      status.timeout = *timeout;
-      return absl::OkStatus();
-    };
+    flags.with_value["--stream"] = Text(&status.stream);
+    flags.with_value["--timeout"] = Timeout(&status.timeout);
     flags.with_value["--format"] = [&status](const std::string& v) {
       if (v != "table" && v != "json") {
         return Usage(absl::StrCat("--format must be table or json, got \"", v, "\""));
@@ -351,20 +350,9 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
     RemoveConsumerFlags& remove = invocation.remove_consumer;
     FlagSet flags;
     AddCommon(&remove.common, &flags);
-    flags.with_value["--stream"] = [&remove](const std::string& v) {
-      remove.stream = v;
-      return absl::OkStatus();
-    };
-    flags.with_value["--consumer"] = [&remove](const std::string& v) {
-      remove.consumer = v;
-      return absl::OkStatus();
-    };
-    flags.with_value["--timeout"] = [&remove](const std::string& v) {
-      absl::StatusOr<absl::Duration> timeout = ParseSeconds("--timeout", v);
-      if (!timeout.ok()) return timeout.status();
-      remove.timeout = *timeout;
-      return absl::OkStatus();
-    };
+    flags.with_value["--stream"] = Text(&remove.stream);
+    flags.with_value["--consumer"] = Text(&remove.consumer);
+    flags.with_value["--timeout"] = Timeout(&remove.timeout);
     flags.switches["--yes"] = [&remove] { remove.yes = true; };
     if (absl::Status parsed = ParseFlags(args, 1, flags, &help); !parsed.ok()) return parsed;
     if (help) {

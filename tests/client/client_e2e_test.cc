@@ -551,25 +551,56 @@ TEST_F(ClientE2eTest, TakeoverEndsTheOlderRunWithAbortedAndTheNewerKeepsGoing) {
 // ---------------------------------------------------------------------------
 // 4. Exactly-once effects with the PostgreSQL watermark.
 
-class Dest {
+// The destination: a walfeed::SqlConnection over libpq, as docs/clients.md shows
+// it (the library leaves the driver to the caller).
+class Dest : public SqlConnection {
  public:
   explicit Dest(const std::string& conninfo) : conn_(PQconnectdb(conninfo.c_str())) {
     EXPECT_EQ(PQstatus(conn_), CONNECTION_OK) << PQerrorMessage(conn_);
   }
-  ~Dest() { PQfinish(conn_); }
+  ~Dest() override { PQfinish(conn_); }
   Dest(const Dest&) = delete;
   Dest& operator=(const Dest&) = delete;
-  PGconn* get() { return conn_; }
 
-  absl::Status Exec(const std::string& sql) {
-    PGresult* result = PQexec(conn_, sql.c_str());
+  absl::StatusOr<std::vector<Row>> Execute(const std::string& sql,
+                                           const std::vector<std::string>& params) override {
+    std::vector<const char*> values;
+    for (const std::string& p : params) values.push_back(p.c_str());
+    PGresult* result = PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                                    values.data(), nullptr, nullptr, 0);
     const ExecStatusType status = PQresultStatus(result);
-    absl::Status out = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK
-                           ? absl::OkStatus()
-                           : absl::InternalError(PQresultErrorMessage(result));
+    absl::StatusOr<std::vector<Row>> out;
+    if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) {
+      std::vector<Row> rows(PQntuples(result));
+      for (int r = 0; r < PQntuples(result); ++r) {
+        for (int c = 0; c < PQnfields(result); ++c) {
+          rows[r].push_back(PQgetisnull(result, r, c)
+                                ? std::nullopt
+                                : std::optional<std::string>(PQgetvalue(result, r, c)));
+        }
+      }
+      out = std::move(rows);
+    } else {
+      const char* field = result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
+      const std::string state = field ? field : "";
+      const std::string message = PQerrorMessage(conn_);
+      absl::StatusCode code = absl::StatusCode::kInternal;
+      if (PQstatus(conn_) == CONNECTION_BAD || absl::StartsWith(state, "08") ||
+          absl::StartsWith(state, "57P")) {
+        code = absl::StatusCode::kUnavailable;
+      } else if (absl::StartsWith(state, "40")) {
+        code = absl::StatusCode::kAborted;
+      } else if (absl::StartsWith(state, "42") || absl::StartsWith(state, "3F")) {
+        code = absl::StatusCode::kInvalidArgument;
+      }
+      out = absl::Status(code, absl::StrCat("SQLSTATE ", state, ": ", message));
+    }
     PQclear(result);
     return out;
   }
+  bool InTransaction() override { return PQtransactionStatus(conn_) == PQTRANS_INTRANS; }
+
+  absl::Status Exec(const std::string& sql) { return Execute(sql, {}).status(); }
 
  private:
   PGconn* conn_;
@@ -577,16 +608,11 @@ class Dest {
 
 // Records the event in dest.applied (no unique key: a second application of the
 // same event would show as a second row).
-absl::Status RecordEffect(PGconn* conn, const ChangeEvent& event) {
-  const std::string id = event.id();
-  const std::string row = NewValue(event, "id");
-  const char* values[] = {id.c_str(), row.c_str()};
-  PGresult* result = PQexecParams(conn, "INSERT INTO applied (event_id, row_id) VALUES ($1, $2)",
-                                  2, nullptr, values, nullptr, nullptr, 0);
-  const bool ok = PQresultStatus(result) == PGRES_COMMAND_OK;
-  absl::Status status = ok ? absl::OkStatus() : absl::InternalError(PQresultErrorMessage(result));
-  PQclear(result);
-  return status;
+absl::Status RecordEffect(SqlConnection& conn, const ChangeEvent& event) {
+  return conn
+      .Execute("INSERT INTO applied (event_id, row_id) VALUES ($1, $2)",
+               {event.id(), NewValue(event, "id")})
+      .status();
 }
 
 TEST_F(ClientE2eTest, WatermarkAppliesEachEffectExactlyOnceAcrossAKillBeforeTheAck) {
@@ -595,22 +621,22 @@ TEST_F(ClientE2eTest, WatermarkAppliesEachEffectExactlyOnceAcrossAKillBeforeTheA
               IsOk());
   Dest dest(pg_->ConnInfo("dest"));
   absl::StatusOr<PgWatermark> opened =
-      PgWatermark::Open(dest.get(), {"app.walfeed_watermark", kStream, "wm"});
+      PgWatermark::Open(dest, {"app.walfeed_watermark", kStream, "wm"});
   EXPECT_THAT(opened, StatusIs(absl::StatusCode::kInvalidArgument)) << "schema app is missing";
   ASSERT_THAT(dest.Exec("CREATE SCHEMA app"), IsOk());
-  opened = PgWatermark::Open(dest.get(), {"app.walfeed_watermark", kStream, "wm"});
+  opened = PgWatermark::Open(dest, {"app.walfeed_watermark", kStream, "wm"});
   ASSERT_THAT(opened, IsOk());
-  ASSERT_THAT(PgWatermark::Open(dest.get(), {"app.walfeed_watermark", kStream, "wm"}), IsOk())
+  ASSERT_THAT(PgWatermark::Open(dest, {"app.walfeed_watermark", kStream, "wm"}), IsOk())
       << "opening again is harmless";
   const PgWatermark watermark = *opened;
-  EXPECT_EQ(watermark.Resume(dest.get()).value(), "");
+  EXPECT_EQ(watermark.Resume(dest).value(), "");
 
   int skipped = 0;
   // The consumer's handler: effects and watermark in one destination
   // transaction; OK (and so the ack, with an automatic policy) only after COMMIT.
   auto apply = [&](const Batch& batch) -> absl::Status {
     if (absl::Status begun = dest.Exec("BEGIN"); !begun.ok()) return begun;
-    absl::StatusOr<PgWatermark::Result> result = watermark.Apply(dest.get(), batch, RecordEffect);
+    absl::StatusOr<PgWatermark::Result> result = watermark.Apply(dest, batch, RecordEffect);
     if (!result.ok()) {
       (void)dest.Exec("ROLLBACK");
       return result.status();
@@ -627,7 +653,7 @@ TEST_F(ClientE2eTest, WatermarkAppliesEachEffectExactlyOnceAcrossAKillBeforeTheA
     walfeed::v1::EventBatch one;
     ChangeEvent* event = one.add_events();
     event->set_id("0/1:0");
-    EXPECT_THAT(watermark.Apply(dest.get(), Batch::Create(one).value(), RecordEffect),
+    EXPECT_THAT(watermark.Apply(dest, Batch::Create(one).value(), RecordEffect),
                 StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("BEGIN")));
   }
 
@@ -645,7 +671,7 @@ TEST_F(ClientE2eTest, WatermarkAppliesEachEffectExactlyOnceAcrossAKillBeforeTheA
     EXPECT_TRUE(a.acked().empty());
   }
   EXPECT_EQ(ServerCheckpoint("wm"), "") << "nothing was acked";
-  const std::string after_a = watermark.Resume(dest.get()).value();
+  const std::string after_a = watermark.Resume(dest).value();
   EXPECT_FALSE(after_a.empty());
 
   // B resumes from the server's checkpoint (none): all five come again and are
@@ -661,11 +687,11 @@ TEST_F(ClientE2eTest, WatermarkAppliesEachEffectExactlyOnceAcrossAKillBeforeTheA
     EXPECT_EQ(skipped, 5);
     EXPECT_EQ(b.ids()[4], after_a);
   }
-  const std::string after_b = watermark.Resume(dest.get()).value();
+  const std::string after_b = watermark.Resume(dest).value();
   EXPECT_EQ(ServerCheckpoint("wm"), after_b);
 
   // C resumes from the watermark: nothing old comes again.
-  options.start_after = watermark.Resume(dest.get()).value();
+  options.start_after = watermark.Resume(dest).value();
   {
     Running c(options, apply);
     ASSERT_TRUE(c.WaitForSessions(1));
@@ -687,9 +713,9 @@ TEST_F(ClientE2eTest, WatermarkAppliesEachEffectExactlyOnceAcrossAKillBeforeTheA
                             "app.walfeed_watermark WHERE consumer = 'wm'",
                             "dest")
                 .value_or(""),
-            absl::StrCat(watermark.Resume(dest.get()).value(), " ",
-                         EventId::Parse(watermark.Resume(dest.get()).value())->CommitLsnText(), " ",
-                         EventId::Parse(watermark.Resume(dest.get()).value())->index()));
+            absl::StrCat(watermark.Resume(dest).value(), " ",
+                         EventId::Parse(watermark.Resume(dest).value())->CommitLsnText(), " ",
+                         EventId::Parse(watermark.Resume(dest).value())->index()));
 }
 
 // ---------------------------------------------------------------------------

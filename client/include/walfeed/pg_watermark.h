@@ -16,7 +16,7 @@
 //
 // The pattern:
 //
-//   PGconn* dest = PQconnectdb("...destination...");
+//   MySqlConnection dest(...);  // a walfeed::SqlConnection over your driver
 //   walfeed::PgWatermark watermark =
 //       walfeed::PgWatermark::Open(dest, {"walfeed_watermark", "orders", "billing"}).value();
 //   walfeed::SubscriberOptions options = ...;
@@ -26,8 +26,8 @@
 //   subscriber.Run([&](const walfeed::Batch& batch) -> absl::Status {
 //     BEGIN on dest
 //     absl::StatusOr<walfeed::PgWatermark::Result> applied = watermark.Apply(
-//         dest, batch, [](PGconn* conn, const walfeed::v1::ChangeEvent& event) {
-//           ... write the effect of `event` with `conn` ...
+//         dest, batch, [](walfeed::SqlConnection& conn, const walfeed::v1::ChangeEvent& event) {
+//           ... write the effect of `event` on `conn` ...
 //           return absl::OkStatus();
 //         });
 //     if (!applied.ok()) { ROLLBACK; return applied.status(); }
@@ -60,18 +60,34 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "walfeed/event_id.h"
 #include "walfeed/subscriber.h"
 
-// libpq's connection handle, declared as libpq-fe.h declares it, so this header
-// does not pull libpq into every file that includes it: only pg_watermark.cc
-// (the one place in client/ that calls libpq) includes libpq-fe.h.
-typedef struct pg_conn PGconn;
-
 namespace walfeed {
+
+// The caller's connection to the destination PostgreSQL, as PgWatermark needs
+// it: one statement at a time, with text parameters $1..$n, on the connection
+// (and so in the transaction) the caller's effects use. The library does not
+// pick a driver: implement it over libpq (client/README.md shows one in about 30
+// lines), libpqxx or anything else that speaks PostgreSQL.
+class SqlConnection {
+ public:
+  using Row = std::vector<std::optional<std::string>>;  // nullopt is NULL.
+
+  virtual ~SqlConnection() = default;
+  // The statement's rows (none for a command). Failures carry the canonical code
+  // of their SQLSTATE: UNAVAILABLE for a lost connection (08..., 57P...),
+  // ABORTED for a serialization failure or deadlock (40...: roll back, retry),
+  // INVALID_ARGUMENT for a bad statement or name (42..., 3F...), INTERNAL else.
+  virtual absl::StatusOr<std::vector<Row>> Execute(const std::string& sql,
+                                                   const std::vector<std::string>& params) = 0;
+  // Whether a transaction is open on the connection.
+  virtual bool InTransaction() = 0;
+};
 
 class PgWatermark {
  public:
@@ -91,20 +107,22 @@ class PgWatermark {
 
   // The effect of one event, run inside the caller's transaction with the same
   // connection. An error makes Apply return it: roll the transaction back.
-  using Effect = std::function<absl::Status(PGconn* conn, const walfeed::v1::ChangeEvent& event)>;
+  using Effect =
+      std::function<absl::Status(SqlConnection& conn, const walfeed::v1::ChangeEvent& event)>;
 
   // Creates the table (CREATE TABLE IF NOT EXISTS; safe to race) and this
   // consumer's row. Call it outside a transaction (FAILED_PRECONDITION otherwise).
-  static absl::StatusOr<PgWatermark> Open(PGconn* conn, Options options);
+  static absl::StatusOr<PgWatermark> Open(SqlConnection& conn, Options options);
 
   // The stored id as Subscribe's start_after, "" when nothing was applied.
-  absl::StatusOr<std::string> Resume(PGconn* conn) const;
+  absl::StatusOr<std::string> Resume(SqlConnection& conn) const;
 
   // Inside the caller's open transaction (FAILED_PRECONDITION otherwise): locks
   // the watermark row, skips events at or below the stored id, runs `effect` for
   // the others in id order, and stores the batch's newest applied id. Nothing
   // is durable until the caller commits.
-  absl::StatusOr<Result> Apply(PGconn* conn, const Batch& batch, const Effect& effect) const;
+  absl::StatusOr<Result> Apply(SqlConnection& conn, const Batch& batch,
+                               const Effect& effect) const;
 
   const Options& options() const { return options_; }
 
