@@ -304,7 +304,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       walfeed::v1::SlotInfo* slot = stream->mutable_slot();
       slot->set_name(snapshot.slot_name);
       Lsn server_lsn = snapshot.server_wal_end;
-      absl::StatusOr<replication::pg::SlotReport> report =
+      absl::StatusOr<replication::SlotReport> report =
           replication::pg::ReadSlotReport(runtime->config().conninfo, snapshot.slot_name);
       if (report.ok()) {
         if (report->server_wal_lsn.valid()) server_lsn = report->server_wal_lsn;

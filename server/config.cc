@@ -28,7 +28,7 @@
 namespace walfeed::server {
 namespace {
 
-using replication::pg::StreamConfig;
+using replication::StreamConfig;
 
 // Far above any real config; stops a wrong path (a log file, /dev/zero) from
 // being read into memory whole.

@@ -51,8 +51,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "replication/pg/checkpoint_store.h"
-#include "replication/pg/stream_config.h"
+#include "replication/checkpoint_store.h"
+#include "replication/stream_config.h"
 
 namespace walfeed::server {
 
@@ -80,7 +80,7 @@ struct TlsFiles {
 // Where consumer and stream checkpoints are stored (PgCheckpointStore).
 struct CheckpointConfig {
   // Schema of the checkpoint tables; checked by PgCheckpointStore::Open.
-  std::string schema = std::string(replication::pg::kDefaultCheckpointSchema);
+  std::string schema = std::string(replication::kDefaultCheckpointSchema);
   // libpq conninfo of the checkpoint database. Empty: each stream keeps its
   // checkpoints in its own source database (so any walfeed instance that can
   // reach the source can take the stream over).
@@ -117,7 +117,7 @@ struct ServerConfig {
   absl::Duration shutdown_timeout = absl::Seconds(10);
   StreamDefaults defaults;
   // At least one, names unique, each already passed StreamConfig::Validate().
-  std::vector<replication::pg::StreamConfig> streams;
+  std::vector<replication::StreamConfig> streams;
 
   bool auth_enabled() const { return !tokens_file.empty(); }
 };

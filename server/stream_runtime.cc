@@ -104,7 +104,7 @@ void StreamRuntime::Fail(const absl::Status& status) {
 
 bool StreamRuntime::Prepare(replication::pg::PreparedStream* prepared) {
   replication::Backoff backoff(options_.retry_base, options_.retry_cap, /*seed=*/1);
-  std::shared_ptr<replication::pg::GroupCommitter> committer;
+  std::shared_ptr<replication::GroupCommitter> committer;
   for (;;) {
     absl::Status status;
     if (!committer) {
@@ -115,7 +115,7 @@ bool StreamRuntime::Prepare(replication::pg::PreparedStream* prepared) {
                options_.checkpoint_schema});
       if (store.ok()) {
         store_ = std::move(*store);
-        committer = std::make_shared<replication::pg::GroupCommitter>(store_.get());
+        committer = std::make_shared<replication::GroupCommitter>(store_.get());
       } else {
         status = store.status();
       }
@@ -148,7 +148,7 @@ bool StreamRuntime::Prepare(replication::pg::PreparedStream* prepared) {
 void StreamRuntime::Pipeline() {
   auto prepared = std::make_unique<replication::pg::PreparedStream>();
   if (!Prepare(prepared.get())) return;
-  const replication::pg::StartPlan& plan = prepared->plan;
+  const replication::StartPlan& plan = prepared->plan;
   for (const std::string& warning : prepared->provisioned.report.warnings) {
     Logger()->warn("stream {}: {}", name(), warning);
   }
@@ -382,7 +382,7 @@ void StreamRuntime::FillProgressLocked(const Session& session, walfeed::v1::Prog
 absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
                                               const std::string& session_id, EventId id) {
   std::shared_ptr<replication::AckTracker> tracker;
-  std::shared_ptr<replication::pg::GroupCommitter> committer;
+  std::shared_ptr<replication::GroupCommitter> committer;
   {
     absl::MutexLock lock(&mu_);
     if (failed_) return *failed_;
@@ -464,7 +464,7 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
 absl::StatusOr<EventId> StreamRuntime::RemoveConsumer(const std::string& consumer) {
   std::shared_ptr<Session> ended;
   std::shared_ptr<replication::AckTracker> tracker;
-  std::shared_ptr<replication::pg::GroupCommitter> committer;
+  std::shared_ptr<replication::GroupCommitter> committer;
   {
     absl::MutexLock lock(&mu_);
     // The stream's own state first: before it is prepared, consumers_ is not

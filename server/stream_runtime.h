@@ -45,7 +45,7 @@
 #include "replication/ack_tracker.h"
 #include "replication/event_id.h"
 #include "replication/pg/checkpoint_store.h"
-#include "replication/pg/stream_config.h"
+#include "replication/stream_config.h"
 #include "replication/pg/stream_reader.h"
 #include "replication/pg/stream_start.h"
 #include "server/filter.h"
@@ -109,7 +109,7 @@ class Session {
 };
 
 struct RuntimeOptions {
-  replication::pg::StreamConfig config;
+  replication::StreamConfig config;
   std::string checkpoint_schema = "walfeed";
   // Where the checkpoint tables live; "" = the stream's own database.
   std::string checkpoint_conninfo;
@@ -162,7 +162,7 @@ class StreamRuntime : public replication::pg::StreamSink {
   StreamRuntime& operator=(const StreamRuntime&) = delete;
 
   const std::string& name() const { return options_.config.name; }
-  const replication::pg::StreamConfig& config() const { return options_.config; }
+  const replication::StreamConfig& config() const { return options_.config; }
 
   void Start();
   // Ends every session with `why`, stops the reader (a clean CopyDone after a last
@@ -275,7 +275,7 @@ class StreamRuntime : public replication::pg::StreamSink {
   std::string error_ ABSL_GUARDED_BY(mu_);
   // Set once the stream was prepared; replaced never (the reader reconnects).
   std::shared_ptr<replication::AckTracker> tracker_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<replication::pg::GroupCommitter> committer_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<replication::GroupCommitter> committer_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<replication::pg::StreamReader> reader_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Consumer> consumers_ ABSL_GUARDED_BY(mu_);
   std::deque<Buffered> buffer_ ABSL_GUARDED_BY(mu_);

@@ -88,7 +88,7 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(ServerConfig
   }
 
   HealthBoard* health = server->health_.get();
-  for (const replication::pg::StreamConfig& stream : cfg.streams) {
+  for (const replication::StreamConfig& stream : cfg.streams) {
     RuntimeOptions options;
     options.config = stream;
     options.checkpoint_schema = cfg.checkpoint.schema;

@@ -8,8 +8,6 @@
 namespace walfeed::replication::pg {
 namespace {
 
-constexpr char kSqlStatePayload[] = "walfeed/sqlstate";
-
 std::string Field(const PGresult* result, int field) {
   const char* value = PQresultErrorField(result, field);
   return value == nullptr ? "" : value;
@@ -52,13 +50,8 @@ absl::Status StatusFromResult(const PGresult* result, absl::string_view what) {
   const std::string hint = Field(result, PG_DIAG_MESSAGE_HINT);
   if (!hint.empty()) absl::StrAppend(&message, "; hint: ", hint);
   absl::Status status(CodeForSqlState(sqlstate), message);
-  if (!sqlstate.empty()) status.SetPayload(kSqlStatePayload, absl::Cord(sqlstate));
+  SetSqlState(status, sqlstate);
   return status;
-}
-
-std::string SqlStateOf(const absl::Status& status) {
-  absl::optional<absl::Cord> payload = status.GetPayload(kSqlStatePayload);
-  return payload.has_value() ? std::string(*payload) : "";
 }
 
 absl::Status StatusFromConnection(const PGconn* conn, absl::string_view what) {
@@ -134,28 +127,6 @@ absl::StatusOr<PgResultPtr> ExecSimple(PGconn* conn, absl::string_view sql) {
     return StatusFromConnection(conn, sql);
   }
   return StatusFromResult(result.get(), sql);
-}
-
-std::string QuoteIdentifier(absl::string_view identifier) {
-  std::string out = "\"";
-  for (char c : identifier) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  out += '"';
-  return out;
-}
-
-std::string QuoteLiteral(absl::string_view literal) {
-  // standard_conforming_strings is on in every supported server, so only quotes
-  // need doubling; backslashes are literal.
-  std::string out = "'";
-  for (char c : literal) {
-    if (c == '\'') out += '\'';
-    out += c;
-  }
-  out += '\'';
-  return out;
 }
 
 std::optional<std::string> Value(const PGresult* result, int row, int column) {

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "replication/sql_text.h"
 
 namespace walfeed::replication::pg {
 
@@ -54,17 +55,10 @@ absl::StatusOr<PgResultPtr> ExecSimple(PGconn* conn, absl::string_view sql);
 // The status for a failed result / broken connection; `what` says what was tried.
 absl::Status StatusFromResult(const PGresult* result, absl::string_view what);
 absl::Status StatusFromConnection(const PGconn* conn, absl::string_view what);
-// The SQLSTATE of a server error returned by Exec/ExecSimple/StatusFromResult
-// (carried as a Status payload), or "" when there is none. For callers that must
-// tell apart errors sharing a canonical code, e.g. 42710 duplicate_object.
-std::string SqlStateOf(const absl::Status& status);
+// The SQLSTATE of a server error returned by Exec/ExecSimple/StatusFromResult is
+// carried as a Status payload: SqlStateOf (replication/sql_text.h) reads it.
 // The canonical code for a SQLSTATE (exposed for tests).
 absl::StatusCode CodeForSqlState(absl::string_view sqlstate);
-
-// Identifier and literal quoting for commands that cannot take parameters
-// (replication commands, DDL).
-std::string QuoteIdentifier(absl::string_view identifier);
-std::string QuoteLiteral(absl::string_view literal);
 
 // Value of row `row`, column `column`, or nullopt for NULL.
 std::optional<std::string> Value(const PGresult* result, int row, int column);

@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "replication/lsn.h"
-#include "replication/pg/stream_config.h"
+#include "replication/stream_config.h"
 
 namespace walfeed::replication::pg {
 

@@ -3,13 +3,22 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "replication/pg/slot_guard.h"
+#include "replication/status_macros.h"
 
 namespace walfeed::replication::pg {
+namespace {
+
+void FreePq(char* p) { PQfreemem(p); }
+
+}  // namespace
 
 std::string StartReplicationCommand(const StartOptions& options) {
   // publication_names is parsed by the server like a list of SQL identifiers, so
@@ -25,11 +34,11 @@ std::string StartReplicationCommand(const StartOptions& options) {
                       options.messages ? "true" : "false", "')");
 }
 
-absl::StatusOr<std::unique_ptr<ReplicationConnection>> ReplicationConnection::Connect(
+absl::StatusOr<std::unique_ptr<PgReplicationConnection>> PgReplicationConnection::Connect(
     absl::string_view conninfo) {
   absl::StatusOr<PgConnPtr> conn = pg::Connect(conninfo, ConnectionKind::kReplication);
   if (!conn.ok()) return conn.status();
-  std::unique_ptr<ReplicationConnection> rc(new ReplicationConnection(std::move(*conn)));
+  std::unique_ptr<PgReplicationConnection> rc(new PgReplicationConnection(std::move(*conn)));
   // A logical walsender accepts simple SQL before START_REPLICATION.
   absl::StatusOr<PgResultPtr> timeout = ExecSimple(
       rc->conn_.get(), "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'");
@@ -41,7 +50,7 @@ absl::StatusOr<std::unique_ptr<ReplicationConnection>> ReplicationConnection::Co
   return rc;
 }
 
-absl::Status ReplicationConnection::Start(const StartOptions& options) {
+absl::Status PgReplicationConnection::Start(const StartOptions& options) {
   absl::StatusOr<PgResultPtr> result =
       ExecSimple(conn_.get(), StartReplicationCommand(options));
   if (!result.ok()) return result.status();
@@ -55,7 +64,7 @@ absl::Status ReplicationConnection::Start(const StartOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status ReplicationConnection::StreamEndStatus() {
+absl::Status PgReplicationConnection::StreamEndStatus() {
   // The copy ended; the server's ErrorResponse, if it sent one, is in a result.
   streaming_ = false;
   absl::Status status;
@@ -72,11 +81,11 @@ absl::Status ReplicationConnection::StreamEndStatus() {
   return status;
 }
 
-absl::StatusOr<std::optional<Frame>> ReplicationConnection::TryRead() {
+absl::StatusOr<std::optional<CopyFrame>> PgReplicationConnection::TryRead() {
   char* buffer = nullptr;
   const int n = PQgetCopyData(conn_.get(), &buffer, /*async=*/1);
-  if (n > 0) return std::optional<Frame>(Frame(buffer, n));
-  if (n == 0) return std::optional<Frame>();
+  if (n > 0) return std::optional<CopyFrame>(CopyFrame(buffer, n, FreePq));
+  if (n == 0) return std::optional<CopyFrame>();
   if (n == -1) {
     absl::Status status = StreamEndStatus();
     if (status.ok()) status = absl::UnavailableError("the server ended the replication stream");
@@ -85,14 +94,14 @@ absl::StatusOr<std::optional<Frame>> ReplicationConnection::TryRead() {
   return StatusFromConnection(conn_.get(), "reading the replication stream");
 }
 
-absl::Status ReplicationConnection::ConsumeInput() {
+absl::Status PgReplicationConnection::ConsumeInput() {
   if (PQconsumeInput(conn_.get()) == 0) {
     return StatusFromConnection(conn_.get(), "reading the replication stream");
   }
   return absl::OkStatus();
 }
 
-absl::Status ReplicationConnection::Send(absl::Span<const uint8_t> message) {
+absl::Status PgReplicationConnection::Send(absl::Span<const uint8_t> message) {
   if (PQputCopyData(conn_.get(), reinterpret_cast<const char*>(message.data()),
                     static_cast<int>(message.size())) != 1) {
     return StatusFromConnection(conn_.get(), "sending a status update");
@@ -100,14 +109,14 @@ absl::Status ReplicationConnection::Send(absl::Span<const uint8_t> message) {
   return FlushOutput();
 }
 
-absl::Status ReplicationConnection::FlushOutput() {
+absl::Status PgReplicationConnection::FlushOutput() {
   const int rc = PQflush(conn_.get());
   if (rc < 0) return StatusFromConnection(conn_.get(), "sending a status update");
   pending_output_ = rc == 1;
   return absl::OkStatus();
 }
 
-absl::Status ReplicationConnection::Finish(absl::Duration timeout) {
+absl::Status PgReplicationConnection::Finish(absl::Duration timeout) {
   if (!streaming_) return absl::OkStatus();
   // Still non-blocking: after CopyDone a PG 15 walsender first sends the rest of a
   // transaction it is in the middle of, which can take as long as the transaction
@@ -150,6 +159,50 @@ absl::Status ReplicationConnection::Finish(absl::Duration timeout) {
     }
   }
   return StreamEndStatus();
+}
+
+absl::StatusOr<Readiness> PgReplicationConnection::Wait(bool want_input, absl::Time deadline,
+                                                        int wake_fd) {
+  pollfd fds[2] = {
+      {socket(), static_cast<short>((want_input ? POLLIN : 0) | (pending_output_ ? POLLOUT : 0)),
+       0},
+      {wake_fd, POLLIN, 0}};
+  const absl::Time now = absl::Now();
+  // Rounded up, so the loop never spins on a deadline a fraction of a ms away.
+  const int timeout_ms =
+      deadline <= now
+          ? 0
+          : static_cast<int>(std::min<int64_t>(
+                absl::ToInt64Milliseconds(absl::Ceil(deadline - now, absl::Milliseconds(1))),
+                60 * 1000));
+  Readiness ready;
+  if (poll(fds, 2, timeout_ms) < 0) {
+    if (errno == EINTR) return ready;
+    return absl::InternalError(absl::StrCat("poll() failed: ", strerror(errno)));
+  }
+  ready.input = want_input && (fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0;
+  ready.output = (fds[0].revents & POLLOUT) != 0;
+  ready.woken = fds[1].revents != 0;
+  return ready;
+}
+
+absl::StatusOr<std::unique_ptr<ReplicationConnection>> PgReplicationOpener::Open(Lsn start) {
+  WALFEED_ASSIGN_OR_RETURN(std::unique_ptr<PgReplicationConnection> conn,
+                           PgReplicationConnection::Connect(options_.conninfo));
+  SlotCheck check{options_.stream_name, options_.slot_name, options_.checkpoint_schema, 0, {}};
+  if (options_.expected_slot) {
+    WALFEED_ASSIGN_OR_RETURN(check.system_identifier, ReadSystemIdentifier(conn->pg()));
+    WALFEED_ASSIGN_OR_RETURN(check.slot, ReadSlot(conn->pg(), options_.slot_name));
+    WALFEED_RETURN_IF_ERROR(CheckResume(check, *options_.expected_slot, start));
+  }
+  StartOptions start_options;
+  start_options.slot_name = options_.slot_name;
+  start_options.start_lsn = start;
+  start_options.publication_names = options_.publication_names;
+  if (absl::Status started = conn->Start(start_options); !started.ok()) {
+    return ExplainStartFailure(started, check, start);
+  }
+  return std::unique_ptr<ReplicationConnection>(std::move(conn));
 }
 
 }  // namespace walfeed::replication::pg

@@ -1,6 +1,5 @@
-// What GetStatus shows about a stream's slot: the slot as pg_replication_slots
-// reports it and the server's current WAL position, read over a short SQL
-// connection (status is rare; holding a connection per stream for it is not
+// Reads what GetStatus shows about a stream's slot (SlotReport, start_plan.h) over a
+// short SQL connection (status is rare; holding a connection per stream for it is not
 // worth it).
 #ifndef WALFEED_REPLICATION_PG_SLOT_REPORT_H_
 #define WALFEED_REPLICATION_PG_SLOT_REPORT_H_
@@ -14,11 +13,6 @@
 #include "replication/pg/slot_guard.h"
 
 namespace walfeed::replication::pg {
-
-struct SlotReport {
-  std::optional<SlotState> slot;  // nullopt: no such slot.
-  Lsn server_wal_lsn;             // pg_current_wal_lsn() (on a standby: last replayed).
-};
 
 absl::StatusOr<SlotReport> ReadSlotReport(absl::string_view conninfo,
                                           absl::string_view slot_name);

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "replication/copy_data.h"
-#include "replication/pg/slot_guard.h"
+#include "replication/pg/replication_connection.h"
 #include "replication/pgoutput.h"
 #include "replication/retry.h"
 #include "replication/status_macros.h"
@@ -16,15 +16,6 @@
 
 namespace walfeed::replication::pg {
 namespace {
-
-// poll() timeout for `deadline`, rounded up so the loop never spins on a deadline
-// that is a fraction of a millisecond away.
-int PollTimeoutMs(absl::Time now, absl::Time deadline) {
-  if (deadline <= now) return 0;
-  return static_cast<int>(std::min<int64_t>(
-      absl::ToInt64Milliseconds(absl::Ceil(deadline - now, absl::Milliseconds(1))),
-      60 * 1000));
-}
 
 std::shared_ptr<spdlog::logger> Logger() {
   static std::shared_ptr<spdlog::logger> logger = [] {
@@ -36,17 +27,32 @@ std::shared_ptr<spdlog::logger> Logger() {
 
 }  // namespace
 
+std::unique_ptr<ReplicationOpener> MakePgOpener(const ReaderOptions& options) {
+  return std::make_unique<PgReplicationOpener>(PgReplicationOpener::Options{
+      options.stream_name, options.conninfo, options.slot_name, options.publication_names,
+      options.excluded_schema, options.expected_slot});
+}
+
 StreamReader::StreamReader(ReaderOptions options, AckTracker* tracker, StreamSink* sink,
                            ConfirmedLsnStore* store)
+    : StreamReader(options, MakePgOpener(options), Clock::Real(), tracker, sink, store) {}
+
+StreamReader::StreamReader(ReaderOptions options, std::unique_ptr<ReplicationOpener> opener,
+                           const Clock* clock, AckTracker* tracker, StreamSink* sink,
+                           ConfirmedLsnStore* store)
     : options_(std::move(options)),
+      opener_(std::move(opener)),
+      clock_(clock),
       tracker_(tracker),
       sink_(sink),
-      store_(store),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      gate_(options_.deliver_after),
+      store_(store) {
   assembler_.set_excluded_schema(options_.excluded_schema);
 }
 
 StreamReader::~StreamReader() {
+  persister_.reset();  // Joins its thread, which may still wake us.
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
@@ -68,8 +74,9 @@ void StreamReader::DrainWakeFd() {
 
 void StreamReader::WaitForWake(absl::Duration timeout) {
   pollfd fd{wake_fd_, POLLIN, 0};
-  const absl::Time now = absl::Now();
-  poll(&fd, 1, PollTimeoutMs(now, now + timeout));
+  poll(&fd, 1,
+       static_cast<int>(std::min<int64_t>(
+           absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1))), 60 * 1000)));
   DrainWakeFd();
 }
 
@@ -88,6 +95,7 @@ bool StreamReader::AwaitStats(const std::function<bool(const Stats&)>& condition
 absl::Status StreamReader::Run(Lsn start) {
   if (wake_fd_ < 0) return absl::InternalError("eventfd() failed");
   durable_ = start;
+  persister_ = std::make_unique<ConfirmedPersister>(store_, start, [this] { Wake(); });
   Backoff backoff(options_.backoff_base, options_.backoff_cap, options_.backoff_seed);
   while (!stop_.load()) {
     absl::Status status = RunSession(durable_);
@@ -116,23 +124,9 @@ absl::Status StreamReader::Run(Lsn start) {
 
 absl::Status StreamReader::RunSession(Lsn start) {
   last_session_streamed_ = false;
-  WALFEED_ASSIGN_OR_RETURN(std::unique_ptr<ReplicationConnection> conn,
-                           ReplicationConnection::Connect(options_.conninfo));
-  SlotCheck check{options_.stream_name, options_.slot_name, options_.excluded_schema, 0, {}};
-  if (options_.expected_slot) {
-    WALFEED_ASSIGN_OR_RETURN(check.system_identifier, ReadSystemIdentifier(conn->pg()));
-    WALFEED_ASSIGN_OR_RETURN(check.slot, ReadSlot(conn->pg(), options_.slot_name));
-    WALFEED_RETURN_IF_ERROR(CheckResume(check, *options_.expected_slot, start));
-  }
-  StartOptions start_options;
-  start_options.slot_name = options_.slot_name;
-  start_options.start_lsn = start;
-  start_options.publication_names = options_.publication_names;
-  if (absl::Status started = conn->Start(start_options); !started.ok()) {
-    return ExplainStartFailure(started, check, start);
-  }
+  WALFEED_ASSIGN_OR_RETURN(std::unique_ptr<ReplicationConnection> conn, opener_->Open(start));
   assembler_.Reset(start);
-  skipping_ = false;
+  gate_.OnReconnect();
   last_status_sent_ = absl::InfinitePast();
   last_status_replied_ = false;
   quick_requests_ = 0;
@@ -148,25 +142,29 @@ absl::Status StreamReader::RunSession(Lsn start) {
                  absl::FormatDuration(interval));
   sink_->OnConnected(start);
 
-  absl::Time next_status = absl::Now();
+  absl::Time next_status = clock_->Now();
   for (;;) {
     if (stop_.load()) {
+      // The last store gets a moment, so what was acked before the stop is
+      // confirmed now rather than re-sent to the next process.
+      RequestPersist(clock_->Now());
+      persister_->AwaitIdle(kFinalStoreWait);
       (void)SendStatusUpdate(*conn);
-      absl::Status finished = conn->Finish();
+      absl::Status finished = conn->Finish(absl::Seconds(2));
       Logger()->info("stream {}: replication connection closed ({})", options_.stream_name,
                      finished.ok() ? "clean" : finished.ToString());
       return absl::OkStatus();
     }
     bool reply_now = false;
     bool room = sink_->HasRoom();
-    // Read until the socket is empty: libpq takes at most its buffer's free space
+    // Read until nothing is buffered: libpq takes at most its buffer's free space
     // (8-16 kB) per read, so while a read brought whole messages the socket is read
     // again, up to kMaxDrainFrames so that status updates stay on time.
     int frames = 0;
     int frames_since_read = 0;
     bool caught_up = false;  // The socket had nothing more.
     while (room) {
-      WALFEED_ASSIGN_OR_RETURN(std::optional<Frame> frame, conn->TryRead());
+      WALFEED_ASSIGN_OR_RETURN(std::optional<CopyFrame> frame, conn->TryRead());
       if (!frame) {
         caught_up = frames_since_read == 0;
         if (caught_up) break;
@@ -184,8 +182,11 @@ absl::Status StreamReader::RunSession(Lsn start) {
       if (frames >= kMaxDrainFrames) break;
     }
     sink_->OnDrained();
-    absl::Time now = absl::Now();
-    if (reply_now || now >= next_status) {
+    const absl::Time now = clock_->Now();
+    RequestPersist(now);
+    // A store that finished since the last update is confirmed at once.
+    const bool stored_more = persister_->durable() > durable_;
+    if (reply_now || now >= next_status || stored_more) {
       WALFEED_RETURN_IF_ERROR(SendStatusUpdate(*conn));
       last_status_replied_ = reply_now;
       next_status = now + interval;
@@ -197,25 +198,14 @@ absl::Status StreamReader::RunSession(Lsn start) {
     const bool coalesce = frames > 0 && caught_up && room && !reply_now &&
                           options_.read_coalesce > absl::ZeroDuration();
     const bool more_buffered = room && frames >= kMaxDrainFrames;
-    pollfd fds[2] = {
-        {conn->socket(),
-         static_cast<short>((room && !coalesce ? POLLIN : 0) |
-                            (conn->HasPendingOutput() ? POLLOUT : 0)),
-         0},
-        {wake_fd_, POLLIN, 0}};
     const absl::Time deadline =
         more_buffered ? now
         : coalesce    ? std::min(next_status, now + options_.read_coalesce)
                       : next_status;
-    const int ready = poll(fds, 2, PollTimeoutMs(now, deadline));
-    if (ready < 0 && errno != EINTR) {
-      return absl::InternalError(absl::StrCat("poll() failed: ", strerror(errno)));
-    }
-    if (fds[1].revents != 0) DrainWakeFd();
-    if (coalesce || (fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
-      WALFEED_RETURN_IF_ERROR(conn->ConsumeInput());
-    }
-    if ((fds[0].revents & POLLOUT) != 0) WALFEED_RETURN_IF_ERROR(conn->FlushOutput());
+    WALFEED_ASSIGN_OR_RETURN(Readiness ready, conn->Wait(room && !coalesce, deadline, wake_fd_));
+    if (ready.woken) DrainWakeFd();
+    if (coalesce || ready.input) WALFEED_RETURN_IF_ERROR(conn->ConsumeInput());
+    if (ready.output) WALFEED_RETURN_IF_ERROR(conn->FlushOutput());
   }
 }
 
@@ -231,7 +221,8 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
       *reply_now = true;
       // Early: soon after our answer to the previous request. Anything else
       // (a timeout ping, a request after a periodic update) breaks the chain.
-      const bool early = last_status_replied_ && absl::Now() - last_status_sent_ < ping_floor_;
+      const bool early =
+          last_status_replied_ && clock_->Now() - last_status_sent_ < ping_floor_;
       if (!early) {
         quick_requests_ = 0;
       } else if (++quick_requests_ >= kShutdownQuickRequests) {
@@ -263,84 +254,47 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
 }
 
 absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
-  if (auto* begun = absl::get_if<TransactionBegun>(&output)) {
-    if (begun->commit_lsn <= last_committed_) {
-      skipping_ = true;  // Delivered whole before a reconnect: PostgreSQL re-sent it.
-      return absl::OkStatus();
+  WALFEED_ASSIGN_OR_RETURN(DeliveryGate::Verdict verdict, gate_.Admit(output));
+  if (verdict.track) WALFEED_RETURN_IF_ERROR(TrackOutput(*tracker_, output));
+  {
+    // Counted before the sink sees anything, so whoever the sink wakes reads the
+    // counts.
+    absl::MutexLock lock(&stats_mu_);
+    const DeliveryGate::Counts& counts = gate_.counts();
+    stats_.redelivered_dropped = counts.redelivered_dropped;
+    stats_.below_checkpoint = counts.below_checkpoint;
+    stats_.non_transactional_messages = counts.non_transactional_messages;
+    if (verdict.deliver) {
+      if (absl::holds_alternative<ChangeEvent>(output)) ++stats_.events;
+      if (const auto* committed = absl::get_if<TransactionCommitted>(&output)) {
+        ++stats_.transactions;
+        stats_.server_wal_end = std::max(stats_.server_wal_end, committed->end_lsn);
+      }
     }
-    if (open_) {
-      if (open_->commit_lsn == begun->commit_lsn) return absl::OkStatus();  // Resumed.
-      return absl::DataLossError(absl::StrCat(
-          "transaction ", open_->commit_lsn.ToString(),
-          " was partly delivered before a reconnect but PostgreSQL sent ",
-          begun->commit_lsn.ToString(), " instead of re-sending it"));
-    }
-    WALFEED_RETURN_IF_ERROR(tracker_->OnBegin(begun->commit_lsn));
-    open_ = OpenTransaction{begun->commit_lsn, 0};
-    return absl::OkStatus();
   }
+  if (!verdict.deliver) return absl::OkStatus();
   if (auto* event = absl::get_if<ChangeEvent>(&output)) {
-    if (skipping_ || (open_ && event->id.index < open_->delivered)) {
-      absl::MutexLock lock(&stats_mu_);
-      ++stats_.redelivered_dropped;
-      return absl::OkStatus();
-    }
-    if (!open_ || open_->commit_lsn != event->id.commit_lsn) {
-      return absl::DataLossError(
-          absl::StrCat("event ", event->id.ToString(), " outside its transaction"));
-    }
-    WALFEED_RETURN_IF_ERROR(tracker_->OnEvent(event->id));
-    ++open_->delivered;
-    if (event->id <= options_.deliver_after) {
-      absl::MutexLock lock(&stats_mu_);
-      ++stats_.below_checkpoint;
-      return absl::OkStatus();
-    }
-    {
-      // Counted before the sink sees it, so whoever the sink wakes reads the count.
-      absl::MutexLock lock(&stats_mu_);
-      ++stats_.events;
-    }
     sink_->OnEvent(std::move(*event));
-    return absl::OkStatus();
-  }
-  if (auto* committed = absl::get_if<TransactionCommitted>(&output)) {
-    if (skipping_) {
-      skipping_ = false;
-      return absl::OkStatus();
-    }
-    WALFEED_RETURN_IF_ERROR(tracker_->OnCommit(committed->commit_lsn, committed->end_lsn,
-                                               committed->event_count));
-    last_committed_ = committed->commit_lsn;
-    open_.reset();
-    {
-      absl::MutexLock lock(&stats_mu_);
-      ++stats_.transactions;
-      stats_.server_wal_end = std::max(stats_.server_wal_end, committed->end_lsn);
-    }
+  } else if (const auto* committed = absl::get_if<TransactionCommitted>(&output)) {
     sink_->OnCommit(*committed);
-    return absl::OkStatus();
   }
-  // A non-transactional logical message: no commit LSN to anchor an id, and it may
-  // belong to a transaction that later aborted. Not delivered; counted.
-  absl::MutexLock lock(&stats_mu_);
-  ++stats_.non_transactional_messages;
   return absl::OkStatus();
 }
 
-absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn) {
+void StreamReader::RequestPersist(absl::Time now) {
   const Lsn confirmable = tracker_->Confirmable();
-  const absl::Time now = absl::Now();
   if (confirmable > durable_ && now - last_persist_ >= options_.min_persist_interval) {
     last_persist_ = now;
-    absl::Status persisted = store_->PersistConfirmed(confirmable);
-    if (persisted.ok()) {
-      durable_ = confirmable;
-    } else {
-      // Keep confirming the older durable position; the next update retries.
-      Logger()->warn("stream {}: could not store confirmed position {}: {}",
-                     options_.stream_name, confirmable.ToString(), persisted.ToString());
-    }
+    persister_->Request(confirmable);
+  }
+}
+
+absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn) {
+  durable_ = std::max(durable_, persister_->durable());
+  if (std::optional<absl::Status> failed = persister_->TakeError()) {
+    // The older durable position keeps being confirmed; the next request retries.
+    Logger()->warn("stream {}: could not store the confirmed position: {}",
+                   options_.stream_name, failed->ToString());
   }
   copy_data::StandbyStatusUpdate update;
   Lsn received;
@@ -351,10 +305,10 @@ absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn) {
   update.write = std::max(received, durable_);
   update.flush = durable_;
   update.apply = durable_;
-  update.client_time = copy_data::ToPostgresMicros(now);
+  update.client_time = copy_data::ToPostgresMicros(clock_->Now());
   const auto bytes = copy_data::Encode(update);
   WALFEED_RETURN_IF_ERROR(conn.Send(bytes));
-  last_status_sent_ = absl::Now();
+  last_status_sent_ = clock_->Now();
   absl::MutexLock lock(&stats_mu_);
   ++stats_.status_updates;
   stats_.confirmed_sent = durable_;

@@ -1,16 +1,22 @@
 // StreamReader: the per-stream replication loop, one thread, the only owner of its
 // replication connection.
 //
-//   poll(socket, wake fd; deadline = next status update, or the read_coalesce
-//     │ readable       window after a read)      │ deadline / reply requested
-//     ▼                                           ▼
-//   read the socket until empty, handing   AckTracker::Confirmable()
-//   over every CopyData frame (while the      → persist it (ConfirmedLsnStore)
-//   sink has room), then sink->OnDrained()
-//     │ copy_data::Decode                       → 'r' status update, flush = durable
+//   Wait(connection, wake fd; deadline = next status update, or the
+//     │ readable           read_coalesce window after a read)
+//     ▼                                   │ deadline / reply requested / stored
+//   read until nothing is buffered,       ▼
+//   handing over every CopyData frame   AckTracker::Confirmable()
+//   (while the sink has room), then       → ConfirmedPersister (its own thread)
+//   sink->OnDrained()                     → 'r' status update, flush = durable
+//     │ copy_data::Decode
 //     ├─ 'k' keepalive ─► AckTracker::OnKeepalive
-//     └─ 'w' XLogData ─► pgoutput::Decode ─► TransactionAssembler
+//     └─ 'w' XLogData ─► pgoutput::Decode ─► TransactionAssembler ─► DeliveryGate
 //                          ─► AckTracker (Begin/Event/Commit) ─► StreamSink
+//
+// The loop is written against ReplicationOpener/ReplicationConnection and a Clock
+// (replication/), so its decisions are unit-tested on recorded frames in simulated
+// time (tests/replication/pg/stream_reader_unit_test.cc); PgReplicationOpener is
+// the real one.
 //
 // Why it is shaped like this:
 // * Draining every buffered frame before polling again halves the walsender's CPU
@@ -20,14 +26,16 @@
 //   keep going out on their deadline, which is all wal_sender_timeout needs.
 // * The flush position sent is what AckTracker allows AND what was durably stored
 //   first: after a crash walfeed restarts from its stored position, which must
-//   never be behind what PostgreSQL was told.
+//   never be behind what PostgreSQL was told. Storing runs on the persister's
+//   thread; the loop never waits on SQL. When a store completes the loop is woken
+//   and confirms the new position at once.
 // * The cadence is min(max_feedback_interval, wal_sender_timeout / 2), read from
 //   the server, and a keepalive that requests a reply is answered at once.
 // * After a transient error the loop reconnects with capped, jittered backoff from
 //   the durable confirmed position. PostgreSQL then re-sends transactions this
-//   process already delivered; they are recognised by commit LSN and index (ids are
-//   deterministic) and dropped, so the sink sees every event exactly once per
-//   process. Definite errors end Run() with the error.
+//   process already delivered; the DeliveryGate recognises them by commit LSN and
+//   index (ids are deterministic) and drops them, so the sink sees every event
+//   exactly once per process. Definite errors end Run() with the error.
 // * A shutting-down walsender (pg_ctl stop -m fast) waits until the client has
 //   confirmed everything it sent, asking again the moment each reply arrives
 //   (PG 15 WalSndDone). walfeed confirms only what is acked and stored, and the
@@ -38,9 +46,9 @@
 //   kShutdownQuickRequests requests, each arriving less than
 //   wal_sender_timeout / 4 after our reply to the previous one, with no data
 //   between them, ends the session as transient, letting the shutdown finish;
-//   the reader resumes from its stored position afterwards. Counting requests rather than a rate keeps this
-//   independent of how long each reply takes (storing the position may itself
-//   wait on the stopping server). Known gap: while the sink is full the socket is
+//   the reader resumes from its stored position afterwards. Counting requests
+//   rather than a rate keeps this independent of how fast each reply goes out.
+//   Known gap: while the sink is full the socket is
 //   not read, so the requests go unseen and the shutdown waits until the buffer
 //   has room again (or walfeed stops).
 #ifndef WALFEED_REPLICATION_PG_STREAM_READER_H_
@@ -57,38 +65,15 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "replication/ack_tracker.h"
-#include "replication/pg/checkpoint_store.h"
-#include "replication/pg/replication_connection.h"
+#include "replication/checkpoint_store.h"
+#include "replication/clock.h"
+#include "replication/confirmed_persister.h"
+#include "replication/delivery_gate.h"
+#include "replication/replication_connection.h"
+#include "replication/stream_source.h"
 #include "replication/transaction_assembler.h"
 
 namespace walfeed::replication::pg {
-
-// Receives the stream's events on the reader thread. Must never block.
-class StreamSink {
- public:
-  virtual ~StreamSink() = default;
-  // False when the sink cannot take more now; the reader stops reading the socket
-  // (status updates continue) until StreamReader::Wake().
-  virtual bool HasRoom() = 0;
-  virtual void OnEvent(ChangeEvent event) = 0;
-  // Every transaction's Commit, even one whose events were all at or below
-  // ReaderOptions::deliver_after (and so never passed to OnEvent).
-  virtual void OnCommit(const TransactionCommitted& commit) = 0;
-  // Called once per turn of the reader's loop, after it handed over what it
-  // read (possibly nothing), and when a session ends: a sink that wakes
-  // consumers can do it here instead of once per event.
-  virtual void OnDrained() {}
-  // The connection is streaming from `start` / was lost with `why` (transient).
-  virtual void OnConnected(Lsn start) { (void)start; }
-  virtual void OnDisconnected(const absl::Status& why) { (void)why; }
-};
-
-// Makes the stream's confirmed position durable before it is sent to PostgreSQL.
-class ConfirmedLsnStore {
- public:
-  virtual ~ConfirmedLsnStore() = default;
-  virtual absl::Status PersistConfirmed(Lsn lsn) = 0;
-};
 
 struct ReaderOptions {
   std::string stream_name;  // For logs.
@@ -105,7 +90,7 @@ struct ReaderOptions {
   absl::Duration min_persist_interval = absl::Seconds(10);
   // The slot walfeed bound (PlanStart's identity). When set, every session first
   // checks that the slot still exists, is not invalidated, is the same slot and is
-  // not ahead of the stored position (slot_guard.h), and a failed check ends Run()
+  // not ahead of the stored position (start_plan.h), and a failed check ends Run()
   // with DataLoss instead of streaming from a slot that skipped changes.
   std::optional<SlotIdentity> expected_slot;
   // Every stored consumer has acked at least this far: events at or below it are
@@ -128,22 +113,15 @@ struct ReaderOptions {
 
 class StreamReader {
  public:
-  struct Stats {
-    uint64_t frames = 0;
-    uint64_t events = 0;
-    uint64_t transactions = 0;
-    uint64_t keepalives = 0;
-    uint64_t status_updates = 0;
-    uint64_t reconnects = 0;
-    uint64_t redelivered_dropped = 0;  // Events re-sent after a reconnect, dropped.
-    uint64_t below_checkpoint = 0;     // Events at or below deliver_after, dropped.
-    uint64_t non_transactional_messages = 0;
-    Lsn confirmed_sent;   // Last flush position sent to PostgreSQL.
-    Lsn server_wal_end;   // Largest keepalive walEnd / commit end seen.
-  };
+  using Stats = ReaderStats;
 
+  // Streams from PostgreSQL (PgReplicationOpener over `options`) in real time.
   // `tracker`, `sink` and `store` must outlive the reader.
   StreamReader(ReaderOptions options, AckTracker* tracker, StreamSink* sink,
+               ConfirmedLsnStore* store);
+  // Streams through `opener` on `clock` (tests: recorded frames, simulated time).
+  StreamReader(ReaderOptions options, std::unique_ptr<ReplicationOpener> opener,
+               const Clock* clock, AckTracker* tracker, StreamSink* sink,
                ConfirmedLsnStore* store);
   ~StreamReader();
   StreamReader(const StreamReader&) = delete;
@@ -156,23 +134,21 @@ class StreamReader {
 
   // Thread-safe.
   void Stop();
-  void Wake();  // The sink has room again.
+  void Wake();  // The sink has room again, or a store finished.
   Stats stats() const;
   // Waits until `condition(stats())` holds; false after `timeout`.
   bool AwaitStats(const std::function<bool(const Stats&)>& condition,
                   absl::Duration timeout) const;
 
  private:
-  struct OpenTransaction {
-    Lsn commit_lsn;
-    uint32_t delivered = 0;  // Events handed to the sink (and tracker).
-  };
-
   absl::Status RunSession(Lsn start);
   absl::Status HandleFrame(absl::Span<const uint8_t> frame, bool* reply_now);
   absl::Status Dispatch(TransactionAssembler::Output output);
+  // Asks the persister for the confirmable position when it is ahead of what was
+  // stored and the last request is min_persist_interval old.
+  void RequestPersist(absl::Time now);
   absl::Status SendStatusUpdate(ReplicationConnection& conn);
-  // Waits up to `timeout` for Stop()/Wake(); drains the wake fd.
+  // Waits up to `timeout` (real time) for Stop()/Wake(); drains the wake fd.
   void WaitForWake(absl::Duration timeout);
   void DrainWakeFd();
 
@@ -180,21 +156,24 @@ class StreamReader {
   static constexpr int kShutdownQuickRequests = 10;
   // Frames handled per turn of the loop at most (between status-update checks).
   static constexpr int kMaxDrainFrames = 4096;
+  // How long a stopping reader waits for its last store before the final update.
+  static constexpr absl::Duration kFinalStoreWait = absl::Seconds(2);
 
   const ReaderOptions options_;
+  const std::unique_ptr<ReplicationOpener> opener_;
+  const Clock* const clock_;
   AckTracker* const tracker_;
   StreamSink* const sink_;
-  ConfirmedLsnStore* const store_;
-  const int wake_fd_;  // eventfd: Stop() and Wake() write, the loop polls it.
+  const int wake_fd_;  // eventfd: Stop(), Wake() and the persister write, the loop waits on it.
   std::atomic<bool> stop_{false};
 
   // Reader-thread state.
   TransactionAssembler assembler_;
-  Lsn durable_;              // Confirmed position known durable (sent as flush).
-  absl::Time last_persist_ = absl::InfinitePast();  // When durable_ was last stored.
-  Lsn last_committed_;       // Commit LSN of the newest transaction fully delivered.
-  std::optional<OpenTransaction> open_;  // Begun and partly delivered.
-  bool skipping_ = false;    // Inside a transaction re-sent after a reconnect.
+  DeliveryGate gate_;
+  std::unique_ptr<ConfirmedPersister> persister_;  // Created by Run().
+  ConfirmedLsnStore* const store_;
+  Lsn durable_;              // Confirmed position known stored (sent as flush).
+  absl::Time last_persist_ = absl::InfinitePast();  // When a store was last requested.
   bool last_session_streamed_ = false;  // The last session received data.
   absl::Time last_status_sent_ = absl::InfinitePast();  // Our last status update.
   bool last_status_replied_ = false;  // It answered a reply request.
@@ -207,6 +186,9 @@ class StreamReader {
   mutable absl::Mutex stats_mu_;
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);
 };
+
+// The opener StreamReader uses for `options` against PostgreSQL.
+std::unique_ptr<ReplicationOpener> MakePgOpener(const ReaderOptions& options);
 
 }  // namespace walfeed::replication::pg
 

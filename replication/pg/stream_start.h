@@ -17,10 +17,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "replication/pg/checkpoint_store.h"
+#include "replication/group_committer.h"
 #include "replication/pg/provisioning.h"
 #include "replication/pg/slot_guard.h"
-#include "replication/pg/stream_config.h"
+#include "replication/stream_config.h"
 #include "replication/pg/stream_reader.h"
 
 namespace walfeed::replication::pg {

@@ -95,7 +95,7 @@ TEST(ConfigTest, MinimalConfigTakesDefaults) {
   EXPECT_EQ(config->defaults.progress_interval, absl::Seconds(5));
   EXPECT_EQ(config->defaults.buffer_bytes, uint64_t{64} << 20);
   ASSERT_EQ(config->streams.size(), 1u);
-  const replication::pg::StreamConfig& stream = config->streams[0];
+  const replication::StreamConfig& stream = config->streams[0];
   EXPECT_EQ(stream.name, "orders");
   EXPECT_EQ(stream.conninfo, "host=localhost dbname=app");
   EXPECT_EQ(stream.slot_name, "walfeed_orders");

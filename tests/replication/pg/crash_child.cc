@@ -52,7 +52,7 @@
 #include "replication/ack_tracker.h"
 #include "replication/event_id.h"
 #include "replication/pg/checkpoint_store.h"
-#include "replication/pg/stream_config.h"
+#include "replication/stream_config.h"
 #include "replication/pg/stream_reader.h"
 #include "replication/pg/stream_start.h"
 #include "spdlog/sinks/stdout_sinks.h"

@@ -6,8 +6,8 @@
 // names the field rather than as a server error later. Names are taken literally
 // (they are always quoted when sent), so "public.Orders" means the table whose
 // name is exactly `Orders`; nothing is down-cased.
-#ifndef WALFEED_REPLICATION_PG_STREAM_CONFIG_H_
-#define WALFEED_REPLICATION_PG_STREAM_CONFIG_H_
+#ifndef WALFEED_REPLICATION_STREAM_CONFIG_H_
+#define WALFEED_REPLICATION_STREAM_CONFIG_H_
 
 #include <string>
 #include <vector>
@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace walfeed::replication::pg {
+namespace walfeed::replication {
 
 // Longest identifier PostgreSQL keeps (NAMEDATALEN - 1 bytes); longer names are
 // truncated by the server for publications and tables, and refused for slots.
@@ -70,6 +70,6 @@ struct StreamConfig {
   absl::Status Validate() const;
 };
 
-}  // namespace walfeed::replication::pg
+}  // namespace walfeed::replication
 
-#endif  // WALFEED_REPLICATION_PG_STREAM_CONFIG_H_
+#endif  // WALFEED_REPLICATION_STREAM_CONFIG_H_

@@ -1,15 +1,15 @@
 // StreamConfig validation: the naming rules PostgreSQL applies to slots,
 // publications and tables, checked up front so errors name the config field.
-#include "replication/pg/stream_config.h"
+#include "replication/stream_config.h"
 
 #include <set>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "replication/pg/pg_conn.h"
+#include "replication/sql_text.h"
 
-namespace walfeed::replication::pg {
+namespace walfeed::replication {
 namespace {
 
 // Quotes `text` for an error message, escaping anything unprintable so that a
@@ -153,4 +153,4 @@ absl::Status StreamConfig::Validate() const {
   return absl::OkStatus();
 }
 
-}  // namespace walfeed::replication::pg
+}  // namespace walfeed::replication

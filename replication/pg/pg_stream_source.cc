@@ -1,0 +1,95 @@
+#include "replication/pg/pg_stream_source.h"
+
+#include "absl/strings/str_cat.h"
+#include "replication/pg/slot_report.h"
+
+namespace walfeed::replication::pg {
+
+absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
+  if (!committer_) {
+    absl::StatusOr<std::unique_ptr<PgCheckpointStore>> store = PgCheckpointStore::Open(
+        {options_.checkpoint_conninfo.empty() ? options_.config.conninfo
+                                              : options_.checkpoint_conninfo,
+         options_.checkpoint_schema});
+    if (!store.ok()) return store.status();
+    store_ = std::move(*store);
+    committer_ = std::make_unique<GroupCommitter>(store_.get());
+    confirmed_store_ =
+        std::make_unique<CommittedConfirmedStore>(committer_.get(), options_.config.name);
+  }
+  absl::StatusOr<PreparedStream> prepared =
+      PrepareStream(options_.config, committer_.get(), options_.checkpoint_schema);
+  if (!prepared.ok()) return prepared.status();
+  prepared_ = *prepared;
+  PreparedSource result;
+  result.plan = prepared->plan;
+  result.warnings = prepared->provisioned.report.warnings;
+  result.warnings.insert(result.warnings.end(), prepared->plan.warnings.begin(),
+                         prepared->plan.warnings.end());
+  if (prepared->provisioned.created_publication) result.notes.push_back("created publication(s)");
+  if (prepared->provisioned.created_slot) {
+    result.notes.push_back(absl::StrCat("created slot ", options_.config.slot_name, " at ",
+                                        prepared->provisioned.consistent_point.ToString()));
+  }
+  return result;
+}
+
+absl::Status PgStreamSource::Run(const StartPlan& plan, AckTracker* tracker, StreamSink* sink) {
+  if (!prepared_ || !confirmed_store_) {
+    return absl::FailedPreconditionError("PgStreamSource::Run before a successful Prepare");
+  }
+  ReaderOptions reader_options =
+      ReaderOptionsFor(options_.config, *prepared_, options_.checkpoint_schema);
+  reader_options.expected_slot = plan.identity;
+  reader_options.deliver_after = plan.deliver_after;
+  reader_options.max_feedback_interval = options_.max_feedback_interval;
+  reader_options.min_persist_interval = options_.min_persist_interval;
+  reader_options.read_coalesce = options_.read_coalesce;
+  std::shared_ptr<StreamReader> reader;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return absl::OkStatus();
+    reader = std::make_shared<StreamReader>(std::move(reader_options), tracker, sink,
+                                            confirmed_store_.get());
+    reader_ = reader;
+  }
+  return reader->Run(plan.start);
+}
+
+void PgStreamSource::Stop() {
+  std::shared_ptr<StreamReader> reader;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    reader = reader_;
+  }
+  if (reader) reader->Stop();
+}
+
+void PgStreamSource::Wake() {
+  std::shared_ptr<StreamReader> reader;
+  {
+    absl::MutexLock lock(&mu_);
+    reader = reader_;
+  }
+  if (reader) reader->Wake();
+}
+
+ReaderStats PgStreamSource::stats() const {
+  std::shared_ptr<StreamReader> reader;
+  {
+    absl::MutexLock lock(&mu_);
+    reader = reader_;
+  }
+  return reader ? reader->stats() : ReaderStats{};
+}
+
+absl::StatusOr<SlotReport> PgStreamSource::ReadSlot() {
+  return ReadSlotReport(options_.config.conninfo, options_.config.slot_name);
+}
+
+std::unique_ptr<StreamSource> MakePgStreamSource(SourceOptions options) {
+  return std::make_unique<PgStreamSource>(std::move(options));
+}
+
+}  // namespace walfeed::replication::pg

@@ -1,0 +1,53 @@
+// PgStreamSource: the StreamSource (replication/stream_source.h) of a stream in
+// PostgreSQL. main wires it into the server; nothing else in the server knows it.
+//
+//   Prepare(): PgCheckpointStore::Open (once) ─► GroupCommitter ─► PrepareStream
+//   Run():     StreamReader (PgReplicationOpener) with the store's committer
+//              persisting the confirmed position (CommittedConfirmedStore)
+//   ReadSlot(): ReadSlotReport over a short SQL connection
+#ifndef WALFEED_REPLICATION_PG_PG_STREAM_SOURCE_H_
+#define WALFEED_REPLICATION_PG_PG_STREAM_SOURCE_H_
+
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "replication/pg/checkpoint_store.h"
+#include "replication/pg/stream_reader.h"
+#include "replication/pg/stream_start.h"
+#include "replication/stream_source.h"
+
+namespace walfeed::replication::pg {
+
+class PgStreamSource final : public StreamSource {
+ public:
+  explicit PgStreamSource(SourceOptions options) : options_(std::move(options)) {}
+
+  absl::StatusOr<PreparedSource> Prepare() override;
+  GroupCommitter* committer() override { return committer_.get(); }
+  absl::Status Run(const StartPlan& plan, AckTracker* tracker, StreamSink* sink) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() override ABSL_LOCKS_EXCLUDED(mu_);
+  void Wake() override ABSL_LOCKS_EXCLUDED(mu_);
+  ReaderStats stats() const override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<SlotReport> ReadSlot() override;
+
+ private:
+  const SourceOptions options_;
+  // Prepare()'s thread, then shared (the committer with Ack callers).
+  std::unique_ptr<PgCheckpointStore> store_;
+  std::unique_ptr<GroupCommitter> committer_;
+  std::unique_ptr<CommittedConfirmedStore> confirmed_store_;
+  std::optional<PreparedStream> prepared_;
+
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<StreamReader> reader_ ABSL_GUARDED_BY(mu_);
+};
+
+// The StreamSourceFactory main hands to the server.
+std::unique_ptr<StreamSource> MakePgStreamSource(SourceOptions options);
+
+}  // namespace walfeed::replication::pg
+
+#endif  // WALFEED_REPLICATION_PG_PG_STREAM_SOURCE_H_

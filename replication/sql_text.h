@@ -1,0 +1,34 @@
+// SQL text that walfeed composes without a connection: identifier and literal
+// quoting for commands that cannot take parameters (replication commands, DDL,
+// the remedies printed in error messages), and the SQLSTATE a server error
+// carries as a Status payload.
+//
+// Pure: the core decides remedies and classifies start failures from these, and
+// replication/pg fills the payload when it turns a libpq result into a Status.
+#ifndef WALFEED_REPLICATION_SQL_TEXT_H_
+#define WALFEED_REPLICATION_SQL_TEXT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace walfeed::replication {
+
+// `"identifier"`, inner double quotes doubled. Names are always sent quoted, so
+// case and special characters are kept.
+std::string QuoteIdentifier(absl::string_view identifier);
+// `'literal'`, inner single quotes doubled (standard_conforming_strings is on in
+// every supported server, so backslashes are literal).
+std::string QuoteLiteral(absl::string_view literal);
+
+// Attaches `sqlstate` (five characters) to `status`.
+void SetSqlState(absl::Status& status, absl::string_view sqlstate);
+// The SQLSTATE of a server error (see SetSqlState), or "" when there is none. For
+// callers that must tell apart errors sharing a canonical code, e.g. 42710
+// duplicate_object.
+std::string SqlStateOf(const absl::Status& status);
+
+}  // namespace walfeed::replication
+
+#endif  // WALFEED_REPLICATION_SQL_TEXT_H_
