@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
-#include "replication/pg/slot_report.h"
 #include "spdlog/spdlog.h"
 
 namespace walfeed::server {
@@ -135,7 +134,7 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 ChangeStreamService::ChangeStreamService(std::map<std::string, StreamRuntime*> streams,
                                          const TokenAuthorizer* authorizer, WorkerPool* pool,
-                                         SubscribeDefaults defaults)
+                                         SessionLimits defaults)
     : streams_(std::move(streams)), authorizer_(authorizer), pool_(pool), defaults_(defaults) {}
 
 absl::Status ChangeStreamService::Authorize(grpc::CallbackServerContext* context, Right right,
@@ -165,18 +164,16 @@ absl::StatusOr<SessionOptions> ChangeStreamService::OptionsFor(
   absl::StatusOr<EventFilter> filter = EventFilter::Create(request.tables(), request.operations());
   if (!filter.ok()) return filter.status();
   options.filter = std::move(*filter);
-  options.max_batch_events =
-      request.max_batch_events() ? request.max_batch_events() : defaults_.max_batch_events;
-  options.max_batch_bytes = std::min(
-      request.max_batch_bytes() ? request.max_batch_bytes() : defaults_.max_batch_bytes,
-      kMaxBatchBytesCap);
-  options.max_unacked_events =
-      request.max_unacked_events() ? request.max_unacked_events() : defaults_.max_unacked_events;
-  options.max_unacked_bytes =
-      request.max_unacked_bytes() ? request.max_unacked_bytes() : defaults_.max_unacked_bytes;
-  options.progress_interval = request.progress_interval_ms()
-                                  ? absl::Milliseconds(request.progress_interval_ms())
-                                  : defaults_.progress_interval;
+  SessionLimits& limits = options.limits;
+  limits = defaults_;
+  if (request.max_batch_events()) limits.max_batch_events = request.max_batch_events();
+  if (request.max_batch_bytes()) limits.max_batch_bytes = request.max_batch_bytes();
+  limits.max_batch_bytes = std::min(limits.max_batch_bytes, kMaxBatchBytesCap);
+  if (request.max_unacked_events()) limits.max_unacked_events = request.max_unacked_events();
+  if (request.max_unacked_bytes()) limits.max_unacked_bytes = request.max_unacked_bytes();
+  if (request.progress_interval_ms()) {
+    limits.progress_interval = absl::Milliseconds(request.progress_interval_ms());
+  }
   return options;
 }
 
@@ -304,8 +301,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       walfeed::v1::SlotInfo* slot = stream->mutable_slot();
       slot->set_name(snapshot.slot_name);
       Lsn server_lsn = snapshot.server_wal_end;
-      absl::StatusOr<replication::SlotReport> report =
-          replication::pg::ReadSlotReport(runtime->config().conninfo, snapshot.slot_name);
+      absl::StatusOr<replication::SlotReport> report = runtime->ReadSlot();
       if (report.ok()) {
         if (report->server_wal_lsn.valid()) server_lsn = report->server_wal_lsn;
         if (report->slot) {

@@ -18,20 +18,12 @@
 #include <string>
 
 #include "server/auth.h"
+#include "server/session_limits.h"
 #include "server/stream_runtime.h"
 #include "server/worker_pool.h"
 #include "walfeed/v1/change_stream.grpc.pb.h"
 
 namespace walfeed::server {
-
-// Server-wide defaults and caps for Subscribe options.
-struct SubscribeDefaults {
-  uint32_t max_batch_events = 256;
-  uint32_t max_batch_bytes = 1 << 20;
-  uint32_t max_unacked_events = 10000;
-  uint64_t max_unacked_bytes = 64ull << 20;
-  absl::Duration progress_interval = absl::Seconds(5);
-};
 
 // Maps an absl::Status onto the gRPC status with the same code and message.
 grpc::Status ToGrpc(const absl::Status& status);
@@ -48,7 +40,7 @@ class ChangeStreamService final : public ChangeStreamBase {
   // All pointers must outlive the service.
   ChangeStreamService(std::map<std::string, StreamRuntime*> streams,
                       const TokenAuthorizer* authorizer, WorkerPool* pool,
-                      SubscribeDefaults defaults);
+                      SessionLimits defaults);
 
   // `request` is a serialized SubscribeRequest; each response a SubscribeResponse.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(grpc::CallbackServerContext* context,
@@ -72,7 +64,7 @@ class ChangeStreamService final : public ChangeStreamBase {
   const std::map<std::string, StreamRuntime*> streams_;
   const TokenAuthorizer* const authorizer_;
   WorkerPool* const pool_;
-  const SubscribeDefaults defaults_;
+  const SessionLimits defaults_;
 };
 
 }  // namespace walfeed::server

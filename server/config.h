@@ -53,6 +53,7 @@
 #include "absl/time/time.h"
 #include "replication/checkpoint_store.h"
 #include "replication/stream_config.h"
+#include "server/session_limits.h"
 
 namespace walfeed::server {
 
@@ -87,14 +88,9 @@ struct CheckpointConfig {
   std::string conninfo;
 };
 
-// Server-side values of the per-subscription knobs a SubscribeRequest may leave
-// at 0, and the size of each stream's buffer.
-struct StreamDefaults {
-  uint32_t max_batch_events = 256;
-  uint32_t max_batch_bytes = 1 << 20;
-  uint32_t max_unacked_events = 10000;
-  uint64_t max_unacked_bytes = uint64_t{64} << 20;
-  absl::Duration progress_interval = absl::Seconds(5);
+// The server's values of the per-subscription knobs a SubscribeRequest may leave
+// at 0 (SessionLimits, defined once), and each stream's buffer and read window.
+struct StreamDefaults : SessionLimits {
   // Bytes of decoded events each stream's buffer holds for its subscribers.
   uint64_t buffer_bytes = uint64_t{64} << 20;
   // How long each stream's reader lets data accumulate after a read that brought

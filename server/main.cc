@@ -16,6 +16,7 @@
 #include <iostream>
 #include <string>
 
+#include "replication/pg/pg_stream_source.h"
 #include "server/config.h"
 #include "server/walfeed_server.h"
 #include "spdlog/spdlog.h"
@@ -117,7 +118,8 @@ int Run(const Flags& flags) {
   }
   const absl::Duration grace = config->shutdown_timeout;
   spdlog::info("walfeed-server {} starting", WALFEED_VERSION);
-  absl::StatusOr<std::unique_ptr<WalfeedServer>> server = WalfeedServer::Start(*std::move(config));
+  absl::StatusOr<std::unique_ptr<WalfeedServer>> server = WalfeedServer::Start(
+      *std::move(config), replication::pg::MakePgStreamSource);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

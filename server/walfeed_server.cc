@@ -46,7 +46,8 @@ StreamRuntime* WalfeedServer::stream(const std::string& name) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
-absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(ServerConfig config) {
+absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
+    ServerConfig config, replication::StreamSourceFactory sources) {
   std::unique_ptr<WalfeedServer> server(new WalfeedServer(std::move(config)));
   const ServerConfig& cfg = server->config_;
 
@@ -90,29 +91,24 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(ServerConfig
   HealthBoard* health = server->health_.get();
   for (const replication::StreamConfig& stream : cfg.streams) {
     RuntimeOptions options;
-    options.config = stream;
-    options.checkpoint_schema = cfg.checkpoint.schema;
-    options.checkpoint_conninfo = cfg.checkpoint.conninfo;
+    options.source.config = stream;
+    options.source.checkpoint_schema = cfg.checkpoint.schema;
+    options.source.checkpoint_conninfo = cfg.checkpoint.conninfo;
+    options.source.read_coalesce = cfg.defaults.read_coalesce;
     options.buffer_bytes = cfg.defaults.buffer_bytes;
-    options.read_coalesce = cfg.defaults.read_coalesce;
     const std::string name = stream.name;
+    std::unique_ptr<replication::StreamSource> source = sources(options.source);
     server->runtimes_.push_back(std::make_unique<StreamRuntime>(
-        std::move(options), [health, name](walfeed::v1::StreamState state) {
+        std::move(options), std::move(source), [health, name](walfeed::v1::StreamState state) {
           health->Set(name, state == walfeed::v1::STREAM_STATE_STREAMING);
         }));
     server->by_name_[name] = server->runtimes_.back().get();
   }
 
   server->pool_ = std::make_unique<WorkerPool>(8);
-  SubscribeDefaults defaults;
-  defaults.max_batch_events = cfg.defaults.max_batch_events;
-  defaults.max_batch_bytes = cfg.defaults.max_batch_bytes;
-  defaults.max_unacked_events = cfg.defaults.max_unacked_events;
-  defaults.max_unacked_bytes = cfg.defaults.max_unacked_bytes;
-  defaults.progress_interval = cfg.defaults.progress_interval;
   server->service_ = std::make_unique<ChangeStreamService>(
       server->by_name_, server->authorizer_ ? &*server->authorizer_ : nullptr,
-      server->pool_.get(), defaults);
+      server->pool_.get(), cfg.defaults);
 
   // Linking the health messages lets reflection describe grpc.health.v1.Health.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();

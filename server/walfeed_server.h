@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/auth.h"
 #include "server/change_stream_service.h"
+#include "replication/stream_source.h"
 #include "server/config.h"
 #include "server/stream_runtime.h"
 #include "server/worker_pool.h"
@@ -37,8 +38,10 @@ class WalfeedServer {
   // Listens and starts every stream (each connects and provisions on its own
   // thread; Subscribe answers UNAVAILABLE until its stream is prepared). Errors:
   // InvalidArgument for unreadable TLS or token files (named), Unavailable when
-  // the address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<WalfeedServer>> Start(ServerConfig config);
+  // the address cannot be bound. `sources` makes each stream's database side
+  // (main passes PostgreSQL's, replication/pg/pg_stream_source.h).
+  static absl::StatusOr<std::unique_ptr<WalfeedServer>> Start(
+      ServerConfig config, replication::StreamSourceFactory sources);
 
   // Shuts down gracefully if still running.
   ~WalfeedServer();

@@ -48,6 +48,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "replication/pg/pg_stream_source.h"
 #include "server/config.h"
 #include "server/walfeed_server.h"
 #include "tests/testing/pg_cluster.h"
@@ -317,7 +318,7 @@ class ClientE2eTest : public ::testing::Test {
     absl::StatusOr<server::ServerConfig> config = server::ParseConfig(yaml, "client-e2e.yaml");
     ASSERT_THAT(config, IsOk()) << yaml;
     absl::StatusOr<std::unique_ptr<server::WalfeedServer>> server =
-        server::WalfeedServer::Start(*config);
+        server::WalfeedServer::Start(*config, replication::pg::MakePgStreamSource);
     ASSERT_THAT(server, IsOk());
     server_ = std::move(*server);
     port_ = server_->port();  // Chosen on the first start, kept for restarts.

@@ -59,6 +59,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "replication/event_id.h"
+#include "replication/pg/pg_stream_source.h"
 #include "server/config.h"
 #include "server/walfeed_server.h"
 #include "tests/testing/pg_cluster.h"
@@ -357,7 +358,8 @@ class ClientInteropTest : public ::testing::TestWithParam<std::string> {
         "    tables: [public.items, public.audit, public.docs]\n    create_missing: true\n");
     absl::StatusOr<ServerConfig> config = ParseConfig(yaml, "clients.yaml");
     ASSERT_THAT(config, IsOk()) << yaml;
-    absl::StatusOr<std::unique_ptr<WalfeedServer>> server = WalfeedServer::Start(*config);
+    absl::StatusOr<std::unique_ptr<WalfeedServer>> server =
+        WalfeedServer::Start(*config, replication::pg::MakePgStreamSource);
     ASSERT_THAT(server, IsOk());
     server_ = std::move(*server);
     stub_ = ChangeStream::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),

@@ -63,6 +63,7 @@
 #include "gtest/gtest.h"
 #include "replication/event_id.h"
 #include "replication/lsn.h"
+#include "replication/pg/pg_stream_source.h"
 #include "server/config.h"
 #include "server/walfeed_server.h"
 #include "tests/testing/pg_cluster.h"
@@ -531,7 +532,8 @@ class ServerE2eTest : public ::testing::Test {
   void StartServer(const std::string& yaml) {
     absl::StatusOr<ServerConfig> config = ParseConfig(yaml, "e2e.yaml");
     ASSERT_THAT(config, IsOk()) << yaml;
-    absl::StatusOr<std::unique_ptr<WalfeedServer>> server = WalfeedServer::Start(*config);
+    absl::StatusOr<std::unique_ptr<WalfeedServer>> server =
+        WalfeedServer::Start(*config, replication::pg::MakePgStreamSource);
     ASSERT_THAT(server, IsOk());
     server_ = std::move(*server);
     ASSERT_GT(server_->port(), 0);
@@ -1075,7 +1077,8 @@ TEST_F(ServerE2eTest, ASecondServerOnTheSamePortFailsToStart) {
   absl::StatusOr<ServerConfig> config = ParseConfig(Yaml(), "e2e.yaml");
   ASSERT_THAT(config, IsOk());
   config->listen = absl::StrCat("127.0.0.1:", server_->port());
-  absl::StatusOr<std::unique_ptr<WalfeedServer>> second = WalfeedServer::Start(*config);
+  absl::StatusOr<std::unique_ptr<WalfeedServer>> second =
+      WalfeedServer::Start(*config, replication::pg::MakePgStreamSource);
   EXPECT_THAT(second.status(), StatusIs(absl::StatusCode::kUnavailable,
                                         AllOf(HasSubstr(config->listen), HasSubstr("in use"))));
 }

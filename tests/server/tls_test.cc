@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "replication/pg/pg_stream_source.h"
 #include "server/config.h"
 #include "server/walfeed_server.h"
 #include "tests/testing/pg_cluster.h"
@@ -75,7 +76,8 @@ class TlsTest : public ::testing::Test {
         "    create_missing: true\n");
     absl::StatusOr<ServerConfig> config = ParseConfig(yaml, dir_ + "/walfeed.yaml");
     ASSERT_THAT(config, IsOk());
-    absl::StatusOr<std::unique_ptr<WalfeedServer>> server = WalfeedServer::Start(*config);
+    absl::StatusOr<std::unique_ptr<WalfeedServer>> server =
+        WalfeedServer::Start(*config, replication::pg::MakePgStreamSource);
     ASSERT_THAT(server, IsOk());
     server_ = std::move(*server);
   }

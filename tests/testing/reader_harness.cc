@@ -97,8 +97,8 @@ Lsn MemoryConfirmedStore::stored() const {
 
 RunningReader::RunningReader(replication::pg::ReaderOptions options,
                              replication::AckTracker* tracker,
-                             replication::pg::StreamSink* sink,
-                             replication::pg::ConfirmedLsnStore* store, Lsn start)
+                             replication::StreamSink* sink,
+                             replication::ConfirmedLsnStore* store, Lsn start)
     : reader_(std::move(options), tracker, sink, store), thread_([this, start] {
         absl::Status result = reader_.Run(start);
         absl::MutexLock lock(&mu_);

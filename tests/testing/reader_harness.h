@@ -22,7 +22,7 @@ using ::walfeed::replication::TransactionCommitted;
 
 inline constexpr absl::Duration kReaderDeadline = absl::Seconds(60);
 
-class CollectingSink : public replication::pg::StreamSink {
+class CollectingSink : public replication::StreamSink {
  public:
   // With `retain` false only counts are kept (and the last event), so a test can
   // stream millions of rows without the sink being what uses the memory.
@@ -65,7 +65,7 @@ class CollectingSink : public replication::pg::StreamSink {
   std::vector<TransactionCommitted> commits_ ABSL_GUARDED_BY(mu_);
 };
 
-class MemoryConfirmedStore : public replication::pg::ConfirmedLsnStore {
+class MemoryConfirmedStore : public replication::ConfirmedLsnStore {
  public:
   absl::Status PersistConfirmed(Lsn lsn) override ABSL_LOCKS_EXCLUDED(mu_);
   Lsn stored() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -80,7 +80,7 @@ class MemoryConfirmedStore : public replication::pg::ConfirmedLsnStore {
 class RunningReader {
  public:
   RunningReader(replication::pg::ReaderOptions options, replication::AckTracker* tracker,
-                replication::pg::StreamSink* sink, replication::pg::ConfirmedLsnStore* store,
+                replication::StreamSink* sink, replication::ConfirmedLsnStore* store,
                 Lsn start);
   ~RunningReader();
   RunningReader(const RunningReader&) = delete;

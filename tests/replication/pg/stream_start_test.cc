@@ -7,6 +7,7 @@
 // name the stream's publish_via_partition_root asks for. Waits are on conditions
 // with deadlines.
 #include "replication/pg/stream_start.h"
+#include "replication/pg/checkpoint_store.h"
 
 #include <string>
 #include <vector>

@@ -1,12 +1,12 @@
-// PlanStart / CheckResume: the fail-closed decisions of slot_guard.h, as pure
+// PlanStart / CheckResume: the fail-closed decisions of start_plan.h, as pure
 // functions of the stored checkpoint and the slot as PostgreSQL shows it.
-#include "replication/pg/slot_guard.h"
+#include "replication/start_plan.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
-namespace walfeed::replication::pg {
+namespace walfeed::replication {
 namespace {
 
 using ::testing::AllOf;
@@ -164,4 +164,4 @@ TEST(ExplainStartFailureTest, OtherErrorsPassThrough) {
 }
 
 }  // namespace
-}  // namespace walfeed::replication::pg
+}  // namespace walfeed::replication

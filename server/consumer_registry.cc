@@ -1,0 +1,319 @@
+#include "server/consumer_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace walfeed::server {
+
+ConsumerRegistry::ConsumerRegistry(Options options) : options_(std::move(options)) {}
+
+void ConsumerRegistry::Load(replication::AckTracker* tracker,
+                            const absl::flat_hash_map<std::string, EventId>& checkpoints,
+                            EventId deliver_after) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [consumer, checkpoint] : checkpoints) consumers_[consumer].checkpoint = checkpoint;
+  for (const auto& [consumer, state] : consumers_) {
+    (void)tracker->AddConsumer(consumer, state.checkpoint);
+  }
+  buffer_ = StreamBuffer(deliver_after);
+  tracker_ = tracker;
+  loaded_ = true;
+}
+
+std::shared_ptr<Session> ConsumerRegistry::EndLocked(const std::shared_ptr<Session>& session,
+                                                     absl::Status status) {
+  auto it = sessions_.find(session.get());
+  if (it != sessions_.end() && !it->second.end) it->second.end = std::move(status);
+  return session;
+}
+
+SessionList ConsumerRegistry::EndAllLocked(const absl::Status& why) {
+  SessionList ended;
+  for (auto& [name, consumer] : consumers_) {
+    if (consumer.active) ended.push_back(EndLocked(consumer.active, why));
+    consumer.active.reset();
+  }
+  return ended;
+}
+
+SessionList ConsumerRegistry::Stop(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  return EndAllLocked(why);
+}
+
+SessionList ConsumerRegistry::Fail(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  failed_ = why;
+  return EndAllLocked(why);
+}
+
+absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer,
+                                                     std::optional<EventId> start_after,
+                                                     SessionOptions options) {
+  absl::MutexLock lock(&mu_);
+  if (failed_) return *failed_;
+  if (stopping_) return absl::UnavailableError("walfeed-server is stopping");
+  if (!loaded_) return options_.not_ready();
+  // Refusals first: a refused Subscribe must not register the consumer.
+  auto known = consumers_.find(consumer);
+  if (known != consumers_.end() && known->second.removing) {
+    // Not UNAVAILABLE: a client retrying would come back as a new consumer
+    // once the removal is done and silently skip what it never acked.
+    return absl::AbortedError(
+        absl::StrCat("consumer \"", consumer, "\" is being removed (RemoveConsumer)"));
+  }
+  if (start_after) {
+    const EventId checkpoint = known == consumers_.end() ? EventId{} : known->second.checkpoint;
+    if (*start_after < checkpoint) {  // Never for a new consumer.
+      return absl::OutOfRangeError(absl::StrCat(
+          "start_after ", start_after->ToString(), " is below consumer \"", consumer,
+          "\"'s checkpoint ", checkpoint.ToString(),
+          ": events up to the checkpoint were acked and may no longer be available; start "
+          "after the checkpoint (leave start_after empty) or after a later id"));
+    }
+    if (*start_after < buffer_.trimmed()) {
+      // Starting at the trim point instead would silently skip the events between.
+      const EventId trimmed = buffer_.trimmed();
+      return absl::OutOfRangeError(absl::StrCat(
+          "start_after ", start_after->ToString(), " is below what stream \"", options_.stream,
+          "\" still holds: every event up to ", trimmed.ToString(),
+          " was acked by all its consumers and is no longer available to consumer \"",
+          consumer, "\"; start after ", trimmed.ToString(),
+          " or a later id, or leave start_after empty"));
+    }
+  }
+  auto [it, inserted] = consumers_.try_emplace(consumer);
+  Consumer& state = it->second;
+  // A new consumer starts at the oldest event still held for the stream.
+  if (inserted) (void)tracker_->AddConsumer(consumer, EventId{});
+  EventId start = inserted ? buffer_.trimmed() : state.checkpoint;
+  if (start_after) start = std::max(start, *start_after);
+
+  OpenedSession opened;
+  opened.session =
+      std::make_shared<Session>(options_.new_session_id(), consumer, std::move(options));
+  sessions_.emplace(opened.session.get(),
+                    SessionEntry{opened.session,
+                                 SessionFramer(opened.session->options(), start, absl::Now()),
+                                 false, std::nullopt});
+  if (state.active) {
+    opened.superseded = EndLocked(
+        state.active,
+        absl::AbortedError(absl::StrCat("session ", state.active->id(), " of consumer \"",
+                                        consumer, "\" was superseded by a newer Subscribe (",
+                                        opened.session->id(), ")")));
+  }
+  state.active = opened.session;
+  opened.checkpoint = state.checkpoint;
+  opened.start_after = start;
+  return opened;
+}
+
+void ConsumerRegistry::Close(const std::shared_ptr<Session>& session) {
+  absl::MutexLock lock(&mu_);
+  auto it = consumers_.find(session->consumer());
+  if (it != consumers_.end() && it->second.active == session) it->second.active.reset();
+  sessions_.erase(session.get());
+}
+
+bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::string* frame,
+                                 std::optional<absl::Status>* end) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(&session);
+  if (it == sessions_.end()) {
+    *end = absl::InternalError("the session was closed");
+    return false;
+  }
+  SessionEntry& entry = it->second;
+  if (entry.end && entry.framer.started()) {
+    *end = entry.end;
+    return false;
+  }
+  auto consumer = consumers_.find(session.consumer());
+  SessionFramer::Context context;
+  context.session_id = session.id();
+  context.checkpoint = consumer == consumers_.end() ? EventId{} : consumer->second.checkpoint;
+  context.slot_name = options_.slot_name;
+  context.server_wal_end = options_.server_wal_end;
+  if (entry.framer.Next(buffer_, context, now, frame)) return true;
+  entry.waiting = true;
+  return false;
+}
+
+SessionList ConsumerRegistry::DueForProgress(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  SessionList due;
+  for (auto& [key, entry] : sessions_) {
+    if (entry.waiting && !entry.end && entry.framer.ProgressDue(now)) {
+      entry.waiting = false;
+      due.push_back(entry.session);
+    }
+  }
+  return due;
+}
+
+absl::StatusOr<ConsumerRegistry::AckTicket> ConsumerRegistry::BeginAck(
+    const std::string& consumer, const std::string& session_id, EventId id) {
+  absl::MutexLock lock(&mu_);
+  if (failed_) return *failed_;
+  auto it = consumers_.find(consumer);
+  if (it == consumers_.end()) {
+    return absl::NotFoundError(absl::StrCat("stream \"", options_.stream,
+                                            "\" has no consumer \"", consumer,
+                                            "\" (it never subscribed, or was removed)"));
+  }
+  Consumer& state = it->second;
+  if (!state.active || state.active->id() != session_id) {
+    return absl::AbortedError(absl::StrCat(
+        "session \"", session_id, "\" is not the active session of consumer \"", consumer, "\"",
+        state.active ? absl::StrCat(" (superseded by ", state.active->id(), ")") : " (it ended)",
+        ": acks must come from the newest Subscribe, which resumes after the checkpoint"));
+  }
+  if (id <= state.checkpoint) return AckTicket{/*noop=*/true, state.checkpoint};
+  const EventId passed = sessions_.at(state.active.get()).framer.cursor();
+  if (passed < id) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "event ", id.ToString(), " was not delivered to consumer \"", consumer,
+        "\" in this session (last passed: ", passed == EventId{} ? "" : passed.ToString(), ")"));
+  }
+  ++state.acks_in_flight;
+  return AckTicket{/*noop=*/false, state.checkpoint};
+}
+
+EventId ConsumerRegistry::FinishAck(const std::string& consumer, EventId id, SessionList* wake) {
+  absl::MutexLock lock(&mu_);
+  EventId checkpoint;
+  auto it = consumers_.find(consumer);
+  if (it != consumers_.end()) {
+    Consumer& state = it->second;
+    --state.acks_in_flight;
+    state.checkpoint = std::max(state.checkpoint, id);
+    checkpoint = state.checkpoint;
+    if (state.active) sessions_.at(state.active.get()).framer.Acked(id);
+  }
+  TrimLocked();
+  *wake = TakeWaitingLocked();
+  return checkpoint;
+}
+
+void ConsumerRegistry::AbandonAck(const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = consumers_.find(consumer); it != consumers_.end()) --it->second.acks_in_flight;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> ConsumerRegistry::BeginRemove(
+    const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  // The stream's own state first: before it is loaded, consumers_ is not
+  // complete and "no such consumer" would be a lie.
+  if (failed_) return *failed_;
+  if (stopping_) return absl::UnavailableError("walfeed-server is stopping");
+  if (!loaded_) return options_.not_ready();
+  auto it = consumers_.find(consumer);
+  if (it == consumers_.end()) {
+    return absl::NotFoundError(absl::StrCat("stream \"", options_.stream, "\" has no consumer \"",
+                                            consumer, "\" (never subscribed, or already removed)"));
+  }
+  Consumer& state = it->second;
+  if (state.removing) {
+    return absl::AbortedError(
+        absl::StrCat("consumer \"", consumer, "\" is being removed by another call"));
+  }
+  state.removing = true;
+  std::shared_ptr<Session> ended;
+  if (state.active) {
+    ended = EndLocked(state.active, absl::AbortedError(absl::StrCat(
+                                        "consumer \"", consumer, "\" was removed (RemoveConsumer)")));
+    state.active.reset();
+  }
+  return ended;
+}
+
+EventId ConsumerRegistry::AwaitAcksLanded(const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  auto none_in_flight = [this, &consumer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = consumers_.find(consumer);
+    return it == consumers_.end() || it->second.acks_in_flight == 0;
+  };
+  mu_.Await(absl::Condition(&none_in_flight));
+  auto it = consumers_.find(consumer);
+  return it == consumers_.end() ? EventId{} : it->second.checkpoint;
+}
+
+void ConsumerRegistry::FinishRemove(const std::string& consumer, SessionList* wake) {
+  absl::MutexLock lock(&mu_);
+  consumers_.erase(consumer);
+  (void)tracker_->RemoveConsumer(consumer);
+  TrimLocked();
+  *wake = TakeWaitingLocked();
+}
+
+void ConsumerRegistry::AbandonRemove(const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = consumers_.find(consumer); it != consumers_.end()) it->second.removing = false;
+}
+
+void ConsumerRegistry::TrimLocked() {
+  // With no consumer yet nothing is dropped: the slot does not advance without
+  // one either, so the reader simply waits (backpressure) and the first consumer
+  // gets everything from the stream's position, whenever it subscribes.
+  if (consumers_.empty()) return;
+  EventId floor = consumers_.begin()->second.checkpoint;
+  for (const auto& [name, consumer] : consumers_) floor = std::min(floor, consumer.checkpoint);
+  buffer_.TrimThrough(floor);
+}
+
+bool ConsumerRegistry::HasRoom() const {
+  absl::MutexLock lock(&mu_);
+  return buffer_.HasRoom(options_.buffer_bytes);
+}
+
+absl::Status ConsumerRegistry::Append(BufferedEvent event) {
+  absl::MutexLock lock(&mu_);
+  absl::Status appended = buffer_.Append(std::move(event));
+  if (appended.ok()) TrimLocked();
+  return appended;
+}
+
+SessionList ConsumerRegistry::TakeWaitingLocked() {
+  SessionList waiting;
+  for (auto& [name, consumer] : consumers_) {
+    if (!consumer.active) continue;
+    SessionEntry& entry = sessions_.at(consumer.active.get());
+    if (entry.waiting) {
+      entry.waiting = false;
+      waiting.push_back(consumer.active);
+    }
+  }
+  return waiting;
+}
+
+SessionList ConsumerRegistry::TakeWaiting() {
+  absl::MutexLock lock(&mu_);
+  return TakeWaitingLocked();
+}
+
+RegistrySnapshot ConsumerRegistry::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  RegistrySnapshot snapshot;
+  snapshot.buffered_events = buffer_.size();
+  snapshot.buffered_bytes = buffer_.bytes();
+  for (const auto& [name, consumer] : consumers_) {
+    ConsumerSnapshot c;
+    c.name = name;
+    c.checkpoint = consumer.checkpoint;
+    if (consumer.active) {
+      c.session_id = consumer.active->id();
+      c.unacked_events = sessions_.at(consumer.active.get()).framer.unacked_events();
+    }
+    snapshot.consumers.push_back(std::move(c));
+  }
+  std::sort(snapshot.consumers.begin(), snapshot.consumers.end(),
+            [](const ConsumerSnapshot& a, const ConsumerSnapshot& b) { return a.name < b.name; });
+  return snapshot;
+}
+
+}  // namespace walfeed::server

@@ -1,0 +1,197 @@
+// ConsumerRegistry: a stream's consumers, their sessions and the buffer they
+// read, under one mutex.
+//
+//   reader thread:  Append ─► StreamBuffer ─► TakeWaiting (sessions to wake)
+//   Subscribe:      Open (fencing: a newer session supersedes the consumer's
+//                   active one) ─► NextFrame (SessionFramer) ─► Close
+//   Ack:            BeginAck (fencing, "was it delivered?") ─► durable write by
+//                   the caller ─► FinishAck (checkpoint, window, trim)
+//   RemoveConsumer: BeginRemove ─► AwaitAcksLanded ─► durable delete by the
+//                   caller ─► FinishRemove
+//
+// Retention: an event stays buffered until every registered consumer has acked
+// it, so a consumer that reconnects (or a session taking over) always finds
+// everything after its checkpoint; before any consumer exists nothing is
+// dropped, so the first one gets everything from the stream's position. When
+// the buffer is full, HasRoom() is false and the reader stops reading.
+//
+// Locks: mu_ is a leaf except for the AckTracker (registered consumers are added
+// and removed in it under mu_) and the progress frame's read of the reader's
+// position. Nothing here blocks on I/O or wakes a session under mu_: methods
+// return the sessions to wake and the caller wakes them after unlocking.
+#ifndef WALFEED_SERVER_CONSUMER_REGISTRY_H_
+#define WALFEED_SERVER_CONSUMER_REGISTRY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "replication/ack_tracker.h"
+#include "replication/event_id.h"
+#include "replication/lsn.h"
+#include "server/session.h"
+#include "server/session_framer.h"
+#include "server/stream_buffer.h"
+
+namespace walfeed::server {
+
+using SessionList = std::vector<std::shared_ptr<Session>>;
+
+struct OpenedSession {
+  std::shared_ptr<Session> session;
+  EventId checkpoint;   // EventId{} when the consumer never acked.
+  EventId start_after;  // The session delivers events after this id.
+  std::shared_ptr<Session> superseded;  // The consumer's previous session, ended.
+};
+
+struct ConsumerSnapshot {
+  std::string name;
+  EventId checkpoint;
+  std::string session_id;  // "" when no session is active.
+  uint64_t unacked_events = 0;
+};
+
+struct RegistrySnapshot {
+  size_t buffered_events = 0;
+  size_t buffered_bytes = 0;
+  std::vector<ConsumerSnapshot> consumers;  // In name order.
+};
+
+class ConsumerRegistry {
+ public:
+  struct Options {
+    std::string stream;     // For messages.
+    std::string slot_name;  // For started frames.
+    size_t buffer_bytes = 64u << 20;
+    // Why a call cannot be served before Load() (the stream is still connecting).
+    std::function<absl::Status()> not_ready;
+    // The newest position heard from PostgreSQL, for progress frames.
+    std::function<replication::Lsn()> server_wal_end;
+    // Session ids; unique per process.
+    std::function<std::string()> new_session_id;
+  };
+
+  explicit ConsumerRegistry(Options options);
+  ConsumerRegistry(const ConsumerRegistry&) = delete;
+  ConsumerRegistry& operator=(const ConsumerRegistry&) = delete;
+
+  // The stream was prepared: the stored checkpoints (registered in `tracker`,
+  // which must outlive the registry) and the floor nothing at or below which is
+  // delivered.
+  void Load(replication::AckTracker* tracker,
+            const absl::flat_hash_map<std::string, EventId>& checkpoints,
+            EventId deliver_after) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Ends every active session with `why`. After Stop, Open and BeginRemove are
+  // UNAVAILABLE; after Fail, every call returns `why`.
+  SessionList Stop(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  SessionList Fail(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Subscribe. OUT_OF_RANGE for a start_after below the consumer's checkpoint or
+  // below what the buffer still holds (starting later would skip events);
+  // ABORTED while the consumer is being removed.
+  absl::StatusOr<OpenedSession> Open(const std::string& consumer,
+                                     std::optional<EventId> start_after,
+                                     SessionOptions options) ABSL_LOCKS_EXCLUDED(mu_);
+  // The reactor is done with `session` (also after it was superseded).
+  void Close(const std::shared_ptr<Session>& session) ABSL_LOCKS_EXCLUDED(mu_);
+  // The session's next frame (SessionFramer::Next). False when there is nothing
+  // to send now (the session is woken when there is); `*end` is set when the
+  // session is over.
+  bool NextFrame(const Session& session, absl::Time now, std::string* frame,
+                 std::optional<absl::Status>* end) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waiting sessions whose progress frame is due.
+  SessionList DueForProgress(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Ack, step 1: NOT_FOUND unknown consumer, ABORTED not from its active
+  // session, OUT_OF_RANGE never delivered to that session. An id at or below the
+  // checkpoint is a no-op: `noop` is set and nothing is counted. Otherwise the
+  // ack counts as in flight (a removal waits for it) until FinishAck/AbandonAck.
+  struct AckTicket {
+    bool noop = false;
+    EventId checkpoint;
+  };
+  absl::StatusOr<AckTicket> BeginAck(const std::string& consumer, const std::string& session_id,
+                                     EventId id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Step 2, once the ack is durable (and tracked): the checkpoint moves, the
+  // window shrinks, the buffer is trimmed. Returns the checkpoint and fills
+  // `*wake` with the sessions to wake.
+  EventId FinishAck(const std::string& consumer, EventId id, SessionList* wake)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Step 2 when the durable write failed.
+  void AbandonAck(const std::string& consumer) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // RemoveConsumer, step 1: marks the consumer as being removed (Subscribe as it
+  // is ABORTED meanwhile) and ends its session, which it returns (may be null).
+  // NOT_FOUND unknown, ABORTED already being removed.
+  absl::StatusOr<std::shared_ptr<Session>> BeginRemove(const std::string& consumer)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Step 2: waits until no ack of the consumer is between its checks and its
+  // durable write (one stored after the delete would bring the checkpoint back),
+  // and returns the checkpoint including what those acks stored.
+  EventId AwaitAcksLanded(const std::string& consumer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Step 3, once the delete is durable: the consumer stops holding the buffer
+  // and the tracker. Fills `*wake`.
+  void FinishRemove(const std::string& consumer, SessionList* wake) ABSL_LOCKS_EXCLUDED(mu_);
+  // Step 3 when the delete failed: the consumer is kept.
+  void AbandonRemove(const std::string& consumer) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Reader side (never blocks).
+  bool HasRoom() const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Append(BufferedEvent event) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sessions waiting for news, marked as no longer waiting.
+  SessionList TakeWaiting() ABSL_LOCKS_EXCLUDED(mu_);
+
+  RegistrySnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Consumer {
+    EventId checkpoint;                // Durable ack (or EventId{}).
+    std::shared_ptr<Session> active;   // The session acks must come from.
+    // RemoveConsumer is storing the removal: no session may start, but the
+    // consumer still holds the buffer and the slot until the removal is durable.
+    bool removing = false;
+    // Acks between their checks and their durable write.
+    int acks_in_flight = 0;
+  };
+  struct SessionEntry {
+    std::shared_ptr<Session> session;
+    SessionFramer framer;
+    bool waiting = false;              // Asked for a frame and got none: wake on news.
+    std::optional<absl::Status> end;   // Set once: the session is over.
+  };
+
+  // Ends `session` with `status` (once); returns it for waking.
+  std::shared_ptr<Session> EndLocked(const std::shared_ptr<Session>& session,
+                                     absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  SessionList EndAllLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  SessionList TakeWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops buffered events every registered consumer has acked.
+  void TrimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+
+  mutable absl::Mutex mu_;
+  bool loaded_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
+  replication::AckTracker* tracker_ ABSL_GUARDED_BY(mu_) = nullptr;
+  StreamBuffer buffer_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Consumer> consumers_ ABSL_GUARDED_BY(mu_);
+  // Every session not yet closed, by identity (ended ones too, until Close).
+  absl::flat_hash_map<const Session*, SessionEntry> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace walfeed::server
+
+#endif  // WALFEED_SERVER_CONSUMER_REGISTRY_H_

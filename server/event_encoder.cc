@@ -1,0 +1,26 @@
+#include "server/event_encoder.h"
+
+#include "google/protobuf/arena.h"
+#include "server/event_convert.h"
+#include "walfeed/v1/change_stream.pb.h"
+
+namespace walfeed::server {
+
+BufferedEvent EventEncoder::Encode(const replication::ChangeEvent& event) {
+  BufferedEvent encoded;
+  encoded.id = event.id;
+  {
+    google::protobuf::Arena arena(block_.get(), kBlockBytes);
+    auto* converted = google::protobuf::Arena::CreateMessage<walfeed::v1::ChangeEvent>(&arena);
+    ToProto(event, converted);
+    converted->SerializeToString(&encoded.serialized);
+    encoded.key = FilterKey::Of(*converted);
+  }
+  encoded.bytes = encoded.serialized.size() + sizeof(BufferedEvent);
+  for (const auto& [schema, table] : encoded.key.tables) {
+    encoded.bytes += schema.size() + table.size();  // Beyond what sizeof counts, roughly.
+  }
+  return encoded;
+}
+
+}  // namespace walfeed::server

@@ -1,0 +1,79 @@
+#include "server/session_framer.h"
+
+#include <vector>
+
+#include "server/events_frame.h"
+#include "walfeed/v1/change_stream.pb.h"
+
+namespace walfeed::server {
+namespace {
+
+std::string IdText(EventId id) { return id == EventId{} ? "" : id.ToString(); }
+
+}  // namespace
+
+bool SessionFramer::Next(const StreamBuffer& buffer, const Context& context, absl::Time now,
+                         std::string* frame) {
+  walfeed::v1::SubscribeResponse response;
+  if (!started_sent_) {
+    started_sent_ = true;
+    walfeed::v1::Started* started = response.mutable_started();
+    started->set_session_id(context.session_id);
+    started->set_checkpoint(IdText(context.checkpoint));
+    started->set_start_after(IdText(cursor_));
+    started->mutable_slot()->set_name(context.slot_name);
+    started->mutable_slot()->set_plugin("pgoutput");
+    response.SerializeToString(frame);
+    last_frame_ = now;
+    return true;
+  }
+  if (ComposeEvents(buffer, frame)) {
+    last_frame_ = now;
+    return true;
+  }
+  if (!ProgressDue(now)) return false;
+  walfeed::v1::Progress* progress = response.mutable_progress();
+  const replication::Lsn server_end =
+      context.server_wal_end ? context.server_wal_end() : replication::Lsn();
+  progress->set_server_wal_lsn(server_end.ToString());
+  progress->set_last_delivered(unacked_.empty() ? "" : unacked_.back().first.ToString());
+  progress->set_checkpoint(IdText(context.checkpoint));
+  progress->set_unacked_events(unacked_.size());
+  const replication::Lsn from = context.checkpoint.commit_lsn;
+  progress->set_lag_bytes(from.valid() && server_end > from ? server_end.value() - from.value()
+                                                            : 0);
+  response.SerializeToString(frame);
+  last_frame_ = now;
+  return true;
+}
+
+bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame) {
+  if (!WindowOpen()) return false;
+  const SessionLimits& limits = options_.limits;
+  std::vector<const std::string*> batch;  // Stable: the buffer is locked until composed.
+  size_t bytes = 0;
+  for (auto it = buffer.After(cursor_); it != buffer.end(); ++it) {
+    if (!batch.empty() && (batch.size() >= limits.max_batch_events ||
+                           bytes + it->bytes > limits.max_batch_bytes || !WindowOpen())) {
+      break;
+    }
+    cursor_ = it->id;
+    if (!options_.filter.Matches(it->key)) continue;
+    batch.push_back(&it->serialized);
+    bytes += it->bytes;
+    unacked_.emplace_back(it->id, it->bytes);
+    unacked_bytes_ += it->bytes;
+  }
+  if (batch.empty()) return false;
+  ComposeEventsFrame(batch, frame);
+  return true;
+}
+
+void SessionFramer::Acked(EventId id) {
+  while (!unacked_.empty() && unacked_.front().first <= id) {
+    unacked_bytes_ -= unacked_.front().second;
+    unacked_.pop_front();
+  }
+}
+
+}  // namespace walfeed::server

@@ -1,0 +1,124 @@
+#include "server/stream_supervisor.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "replication/retry.h"
+#include "spdlog/spdlog.h"
+
+namespace walfeed::server {
+namespace {
+
+std::shared_ptr<spdlog::logger> Logger() {
+  static std::shared_ptr<spdlog::logger> logger = [] {
+    std::shared_ptr<spdlog::logger> existing = spdlog::get("stream");
+    return existing ? existing : spdlog::default_logger()->clone("stream");
+  }();
+  return logger;
+}
+
+}  // namespace
+
+StreamSupervisor::StreamSupervisor(Options options, replication::StreamSource* source,
+                                   replication::StreamSink* sink, Hooks hooks)
+    : options_(std::move(options)), source_(source), sink_(sink), hooks_(std::move(hooks)) {}
+
+StreamSupervisor::~StreamSupervisor() { Stop(); }
+
+void StreamSupervisor::Start() { thread_ = std::thread([this] { Main(); }); }
+
+void StreamSupervisor::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  source_->Stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool StreamSupervisor::WaitForStop(absl::Duration delay) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), delay);
+  return stopping_;
+}
+
+void StreamSupervisor::SetState(walfeed::v1::StreamState state, std::string error) {
+  bool changed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_) return;  // Failure is final.
+    changed = state_.state != state;
+    state_ = State{state, std::move(error)};
+  }
+  if (changed && hooks_.on_state) hooks_.on_state(state);
+}
+
+StreamSupervisor::State StreamSupervisor::state() const {
+  absl::MutexLock lock(&mu_);
+  return state_;
+}
+
+absl::Status StreamSupervisor::NotReady() const {
+  absl::MutexLock lock(&mu_);
+  return absl::UnavailableError(absl::StrCat("stream \"", options_.stream,
+                                             "\" is still connecting to PostgreSQL",
+                                             state_.error.empty() ? "" : ": ", state_.error,
+                                             "; retry shortly"));
+}
+
+void StreamSupervisor::Fail(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    failed_ = true;
+    state_ = State{walfeed::v1::STREAM_STATE_FAILED, std::string(status.message())};
+  }
+  Logger()->error("stream {}: failed, no longer streaming: {}", options_.stream,
+                  status.ToString());
+  if (hooks_.on_failed) hooks_.on_failed(status);
+  if (hooks_.on_state) hooks_.on_state(walfeed::v1::STREAM_STATE_FAILED);
+}
+
+bool StreamSupervisor::Prepare(replication::PreparedSource* prepared) {
+  replication::Backoff backoff(options_.retry_base, options_.retry_cap, /*seed=*/1);
+  for (;;) {
+    absl::StatusOr<replication::PreparedSource> result = source_->Prepare();
+    if (result.ok()) {
+      *prepared = std::move(*result);
+      return true;
+    }
+    if (!replication::IsTransient(result.status())) {
+      Fail(result.status());
+      return false;
+    }
+    const absl::Duration delay = backoff.Next();
+    Logger()->warn("stream {}: cannot start yet: {}; retrying in {}", options_.stream,
+                   result.status().ToString(), absl::FormatDuration(delay));
+    SetState(walfeed::v1::STREAM_STATE_CONNECTING, std::string(result.status().message()));
+    if (WaitForStop(delay)) return false;
+  }
+}
+
+void StreamSupervisor::Main() {
+  replication::PreparedSource prepared;
+  if (!Prepare(&prepared)) return;
+  for (const std::string& warning : prepared.warnings) {
+    Logger()->warn("stream {}: {}", options_.stream, warning);
+  }
+  for (const std::string& note : prepared.notes) {
+    Logger()->info("stream {}: {}", options_.stream, note);
+  }
+  const replication::StartPlan& plan = prepared.plan;
+  tracker_ = std::make_unique<replication::AckTracker>(plan.start);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+  }
+  if (hooks_.on_prepared) hooks_.on_prepared(plan, tracker_.get());
+  Logger()->info("stream {}: starting slot {} at {} with {} consumer checkpoint(s)",
+                 options_.stream, options_.slot_name, plan.start.ToString(),
+                 plan.consumers.size());
+  const absl::Status result = source_->Run(plan, tracker_.get(), sink_);
+  if (!result.ok()) Fail(result);
+}
+
+}  // namespace walfeed::server

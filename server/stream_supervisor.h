@@ -1,0 +1,92 @@
+// StreamSupervisor: the life of one stream's source, on a thread of its own.
+//
+//   Prepare (retrying transient errors with capped, jittered backoff; state
+//   CONNECTING with the reason) ─► on_prepared(plan, tracker) ─► Run the source
+//   (it reconnects by itself) ─► a definite error: FAILED, for good
+//
+// It owns the stream's state (CONNECTING / STREAMING / FAILED and the last
+// error) and reports every change through on_state (health follows it). The
+// source's sink forwards OnConnected / OnDisconnected here.
+#ifndef WALFEED_SERVER_STREAM_SUPERVISOR_H_
+#define WALFEED_SERVER_STREAM_SUPERVISOR_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "replication/ack_tracker.h"
+#include "replication/stream_source.h"
+#include "walfeed/v1/change_stream.pb.h"
+
+namespace walfeed::server {
+
+class StreamSupervisor {
+ public:
+  struct Options {
+    std::string stream;  // For logs and messages.
+    std::string slot_name;
+    absl::Duration retry_base = absl::Milliseconds(200);
+    absl::Duration retry_cap = absl::Seconds(30);
+  };
+  struct Hooks {
+    // The stream was prepared; `tracker` (owned here, alive until the supervisor
+    // is destroyed) is the one the source will run with. Called before Run.
+    std::function<void(const replication::StartPlan&, replication::AckTracker*)> on_prepared;
+    // The stream failed for good (the error is also the state's).
+    std::function<void(const absl::Status&)> on_failed;
+    // The state changed (no lock held).
+    std::function<void(walfeed::v1::StreamState)> on_state;
+  };
+  struct State {
+    walfeed::v1::StreamState state = walfeed::v1::STREAM_STATE_CONNECTING;
+    std::string error;
+  };
+
+  // `source` and `sink` must outlive the supervisor.
+  StreamSupervisor(Options options, replication::StreamSource* source,
+                   replication::StreamSink* sink, Hooks hooks);
+  ~StreamSupervisor();  // Stops.
+  StreamSupervisor(const StreamSupervisor&) = delete;
+  StreamSupervisor& operator=(const StreamSupervisor&) = delete;
+
+  void Start();
+  // Stops the source (a clean CopyDone after a last status update) and joins.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // From the sink: the connection streams / was lost (transient).
+  void SetState(walfeed::v1::StreamState state, std::string error) ABSL_LOCKS_EXCLUDED(mu_);
+  State state() const ABSL_LOCKS_EXCLUDED(mu_);
+  // UNAVAILABLE "still connecting" with the last reason: what calls get before
+  // the stream was prepared.
+  absl::Status NotReady() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Main() ABSL_LOCKS_EXCLUDED(mu_);
+  // True once prepared; false when it failed for good or the supervisor stops.
+  bool Prepare(replication::PreparedSource* prepared) ABSL_LOCKS_EXCLUDED(mu_);
+  void Fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits up to `delay` for Stop(); true when stopping.
+  bool WaitForStop(absl::Duration delay) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const Options options_;
+  replication::StreamSource* const source_;
+  replication::StreamSink* const sink_;
+  const Hooks hooks_;
+  std::unique_ptr<replication::AckTracker> tracker_;  // Main()'s, once prepared.
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  State state_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace walfeed::server
+
+#endif  // WALFEED_SERVER_STREAM_SUPERVISOR_H_
