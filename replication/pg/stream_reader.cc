@@ -183,10 +183,12 @@ absl::Status StreamReader::RunSession(Lsn start) {
     }
     sink_->OnDrained();
     const absl::Time now = clock_->Now();
-    RequestPersist(now);
-    // A store that finished since the last update is confirmed at once.
-    const bool stored_more = persister_->durable() > durable_;
-    if (reply_now || now >= next_status || stored_more) {
+    // Storing is asked for on the status cadence (or a reply request), as the
+    // update that would carry it goes out; a store that finished since the last
+    // update is confirmed at once, without waiting for the next tick.
+    const bool due = reply_now || now >= next_status;
+    if (due) RequestPersist(now);
+    if (due || persister_->durable() > durable_) {
       WALFEED_RETURN_IF_ERROR(SendStatusUpdate(*conn));
       last_status_replied_ = reply_now;
       next_status = now + interval;

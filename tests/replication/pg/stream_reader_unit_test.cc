@@ -1,0 +1,437 @@
+// StreamReader's decisions on recorded frames in simulated time: no database, no
+// sleeps. The frames are the golden capture of a real PostgreSQL 15
+// (tests/golden/pg15_text.hex); the walsender around them is FakeOpener.
+// stream_reader_test.cc proves the same loop against a live server.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "replication/copy_data.h"
+#include "replication/pg/stream_reader.h"
+#include "replication/pgoutput.h"
+#include "replication/transaction_assembler.h"
+#include "tests/testing/fake_replication.h"
+#include "tests/testing/pgoutput_encoder.h"
+#include "tests/testing/status_matchers.h"
+
+namespace walfeed::replication::pg {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::Each;
+using ::testing::Ge;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+using ::walfeed::testing::FakeClock;
+using ::walfeed::testing::FakeLog;
+using ::walfeed::testing::FakeOpener;
+using ::walfeed::testing::IsOk;
+using ::walfeed::testing::Script;
+using ::walfeed::testing::SentUpdate;
+using ::walfeed::testing::StatusIs;
+using Frames = std::vector<std::vector<uint8_t>>;
+
+const Frames& Golden() {
+  static const Frames* frames = [] {
+    absl::StatusOr<Frames> loaded =
+        walfeed::testing::LoadGoldenFrames(WALFEED_GOLDEN_DIR "/pg15_text.hex");
+    return new Frames(loaded.ok() ? *loaded : Frames{});
+  }();
+  return *frames;
+}
+
+// The pgoutput tag of an XLogData frame ('B', 'I', 'C', ...), or 'k'.
+char Tag(const std::vector<uint8_t>& frame) {
+  return frame[0] == 'w' ? static_cast<char>(frame[25]) : static_cast<char>(frame[0]);
+}
+
+// What one uninterrupted pass of the assembler makes of `frames`: the ids the
+// reader must deliver, in order, and the number of transactions.
+struct Expected {
+  std::vector<EventId> ids;
+  size_t transactions = 0;
+};
+Expected Assemble(const Frames& frames) {
+  Expected expected;
+  TransactionAssembler assembler;
+  for (const auto& frame : frames) {
+    absl::StatusOr<copy_data::ServerMessage> message = copy_data::Decode(frame);
+    const auto* data = message.ok() ? absl::get_if<copy_data::XLogData>(&*message) : nullptr;
+    if (data == nullptr) continue;
+    absl::StatusOr<pgoutput::Message> decoded = pgoutput::Decode(data->payload, {});
+    std::vector<TransactionAssembler::Output> out;
+    if (!decoded.ok() || !assembler.Process(std::move(*decoded), &out).ok()) return {};
+    for (const auto& output : out) {
+      if (const auto* event = absl::get_if<ChangeEvent>(&output)) expected.ids.push_back(event->id);
+      if (absl::holds_alternative<TransactionCommitted>(output)) ++expected.transactions;
+    }
+  }
+  return expected;
+}
+
+// Records what the reader hands over and the simulated time it arrived at.
+class RecordingSink : public StreamSink {
+ public:
+  explicit RecordingSink(const FakeClock* clock) : clock_(clock) {}
+  bool HasRoom() override {
+    absl::MutexLock lock(&mu_);
+    return room_;
+  }
+  void OnEvent(ChangeEvent event) override {
+    absl::MutexLock lock(&mu_);
+    ids_.push_back(event.id);
+    times_.push_back(clock_->Now());
+  }
+  void OnCommit(const TransactionCommitted& commit) override {
+    absl::MutexLock lock(&mu_);
+    commits_.push_back(commit);
+  }
+  void SetRoom(bool room) {
+    absl::MutexLock lock(&mu_);
+    room_ = room;
+  }
+  std::vector<EventId> ids() const {
+    absl::MutexLock lock(&mu_);
+    return ids_;
+  }
+  std::vector<absl::Time> times() const {
+    absl::MutexLock lock(&mu_);
+    return times_;
+  }
+  std::vector<TransactionCommitted> commits() const {
+    absl::MutexLock lock(&mu_);
+    return commits_;
+  }
+
+ private:
+  const FakeClock* const clock_;
+  mutable absl::Mutex mu_;
+  bool room_ ABSL_GUARDED_BY(mu_) = true;
+  std::vector<EventId> ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> times_ ABSL_GUARDED_BY(mu_);
+  std::vector<TransactionCommitted> commits_ ABSL_GUARDED_BY(mu_);
+};
+
+class MemoryStore : public ConfirmedLsnStore {
+ public:
+  absl::Status PersistConfirmed(Lsn lsn) override {
+    absl::MutexLock lock(&mu_);
+    ++writes_;
+    stored_ = std::max(stored_, lsn);
+    return absl::OkStatus();
+  }
+  Lsn stored() const {
+    absl::MutexLock lock(&mu_);
+    return stored_;
+  }
+  int writes() const {
+    absl::MutexLock lock(&mu_);
+    return writes_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  Lsn stored_ ABSL_GUARDED_BY(mu_);
+  int writes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class StreamReaderUnitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(Golden().empty()) << "tests/golden/pg15_text.hex did not load";
+    expected_ = Assemble(Golden());
+    ASSERT_GT(expected_.ids.size(), 10u);
+    options_.stream_name = "unit";
+    options_.slot_name = "unit_slot";
+    options_.min_persist_interval = absl::ZeroDuration();
+    options_.backoff_base = absl::Milliseconds(1);
+    options_.backoff_cap = absl::Milliseconds(1);
+    options_.read_coalesce = absl::ZeroDuration();
+  }
+
+  // Runs a reader over `sessions` until `stop_when(update)` says so (checked after
+  // every status update) or the script ends; returns Run's status.
+  absl::Status Run(std::vector<Script> sessions,
+                   std::function<bool(const SentUpdate&)> stop_when = nullptr) {
+    log_ = std::make_shared<FakeLog>();
+    reader_ = std::make_unique<StreamReader>(
+        options_, std::make_unique<FakeOpener>(&clock_, std::move(sessions), log_), &clock_,
+        &tracker_, &sink_, &store_);
+    if (stop_when) {
+      log_->on_update = [this, stop_when](const SentUpdate& update) {
+        if (stop_when(update)) reader_->Stop();
+      };
+    }
+    return reader_->Run(Lsn());
+  }
+
+  // Stops once every transaction of the capture reached the sink.
+  std::function<bool(const SentUpdate&)> AllCommitted() {
+    return [this](const SentUpdate&) { return sink_.commits().size() >= expected_.transactions; };
+  }
+
+  Expected expected_;
+  ReaderOptions options_;
+  FakeClock clock_;
+  AckTracker tracker_{Lsn()};
+  RecordingSink sink_{&clock_};
+  MemoryStore store_;
+  std::shared_ptr<FakeLog> log_;
+  std::unique_ptr<StreamReader> reader_;
+};
+
+TEST_F(StreamReaderUnitTest, DeliversARecordedStreamWithTheAssemblersIds) {
+  ASSERT_THAT(Run({Script().Frames(Golden())}, AllCommitted()), IsOk());
+  EXPECT_THAT(sink_.ids(), ElementsAreArray(expected_.ids));
+  EXPECT_EQ(reader_->stats().events, expected_.ids.size());
+  EXPECT_EQ(reader_->stats().transactions, expected_.transactions);
+  EXPECT_EQ(log_->finished(), 1) << "a stop ends the copy cleanly";
+}
+
+TEST_F(StreamReaderUnitTest, ReconnectMidTransactionDeliversEveryEventOnce) {
+  // Cut the first session right after the second change of a transaction with
+  // at least three, as a broken connection would; PostgreSQL then re-sends
+  // everything from the unconfirmed start.
+  const Frames& all = Golden();
+  size_t cut = 0;
+  for (size_t begin = 0; begin < all.size() && cut == 0; ++begin) {
+    if (Tag(all[begin]) != 'B') continue;
+    int changes = 0;
+    size_t second = 0;
+    for (size_t i = begin + 1; i < all.size() && Tag(all[i]) != 'C'; ++i) {
+      const char tag = Tag(all[i]);
+      if (tag == 'I' || tag == 'U' || tag == 'D') {
+        if (++changes == 2) second = i;
+      }
+    }
+    if (changes >= 3) cut = second + 1;
+  }
+  ASSERT_GT(cut, 0u) << "the capture has a transaction with three changes";
+  Script first;
+  first.Frames(Frames(all.begin(), all.begin() + cut))
+      .Fail(absl::UnavailableError("connection reset by peer"));
+  ASSERT_THAT(Run({first, Script().Frames(all)}, AllCommitted()), IsOk());
+
+  EXPECT_THAT(sink_.ids(), ElementsAreArray(expected_.ids)) << "none lost, none twice";
+  EXPECT_EQ(reader_->stats().reconnects, 1u);
+  EXPECT_GT(reader_->stats().redelivered_dropped, 0u);
+  EXPECT_THAT(log_->starts(), ElementsAreArray({Lsn(), Lsn()}))
+      << "nothing was confirmed, so the second session starts where the first did";
+}
+
+TEST_F(StreamReaderUnitTest, EventsAtOrBelowDeliverAfterAreTrackedButNotDelivered) {
+  const size_t floor = expected_.ids.size() / 2;
+  options_.deliver_after = expected_.ids[floor];
+  ASSERT_THAT(Run({Script().Frames(Golden())}, AllCommitted()), IsOk());
+  EXPECT_THAT(sink_.ids(), ElementsAreArray(expected_.ids.begin() + floor + 1, expected_.ids.end()));
+  EXPECT_EQ(reader_->stats().below_checkpoint, floor + 1);
+}
+
+TEST_F(StreamReaderUnitTest, DefiniteErrorEndsRun) {
+  EXPECT_THAT(Run({Script().Frames({Golden()[0]}).Fail(absl::DataLossError("slot invalidated"))}),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("slot invalidated")));
+  EXPECT_EQ(reader_->stats().reconnects, 0u);
+}
+
+TEST_F(StreamReaderUnitTest, StatusUpdatesEveryHalfTheSenderTimeoutWhenThatIsSooner) {
+  options_.max_feedback_interval = absl::Seconds(10);
+  int updates = 0;
+  ASSERT_THAT(Run({Script().WalSenderTimeout(absl::Seconds(1))},
+                  [&](const SentUpdate&) { return ++updates >= 12; }),
+              IsOk());
+  const std::vector<SentUpdate> sent = log_->updates();
+  ASSERT_GE(sent.size(), 12u);
+  for (size_t i = 1; i + 1 < sent.size(); ++i) {  // The last is the stop's own.
+    EXPECT_EQ(sent[i].at - sent[i - 1].at, absl::Milliseconds(500)) << "update " << i;
+  }
+}
+
+TEST_F(StreamReaderUnitTest, ReplyRequestIsAnsweredAtOnce) {
+  const absl::Time start = clock_.Now();
+  Script script;
+  script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x5000), 0, /*reply_requested=*/true),
+               absl::Milliseconds(300));
+  ASSERT_THAT(Run({script}, [&](const SentUpdate& u) { return u.at - start > absl::Seconds(2); }),
+              IsOk());
+  std::vector<absl::Duration> at;
+  for (const SentUpdate& u : log_->updates()) at.push_back(u.at - start);
+  ASSERT_GE(at.size(), 3u);
+  EXPECT_EQ(at[0], absl::ZeroDuration()) << "the first update goes out at connect";
+  EXPECT_EQ(at[1], absl::Milliseconds(300)) << "the reply request, answered when it arrived";
+  EXPECT_EQ(at[2], absl::Milliseconds(1300)) << "the cadence restarts from the reply";
+}
+
+TEST_F(StreamReaderUnitTest, BackpressureStopsReadingButStatusUpdatesGoOn) {
+  sink_.SetRoom(false);
+  int updates = 0;
+  ASSERT_THAT(Run({Script().Frames(Golden())},
+                  [&](const SentUpdate&) {
+                    if (++updates == 30) {
+                      EXPECT_THAT(sink_.ids(), SizeIs(0)) << "nothing read while full";
+                      sink_.SetRoom(true);
+                      reader_->Wake();
+                    }
+                    return sink_.commits().size() >= expected_.transactions;
+                  }),
+              IsOk());
+  EXPECT_GE(updates, 30);
+  EXPECT_THAT(sink_.ids(), ElementsAreArray(expected_.ids)) << "all of it once there is room";
+  const std::vector<SentUpdate> sent = log_->updates();
+  for (size_t i = 1; i < 30; ++i) {
+    EXPECT_EQ(sent[i].at - sent[i - 1].at, absl::Seconds(1)) << "update " << i;
+  }
+}
+
+TEST_F(StreamReaderUnitTest, ReadCoalesceWaitsAfterAReadAndNeverBeforeTheFirst) {
+  options_.read_coalesce = absl::Milliseconds(20);
+  const absl::Time start = clock_.Now();
+  // A quiet second, then the capture's first transaction spread 5 ms apart.
+  const Frames& all = Golden();
+  size_t first_commit = 0;
+  while (Tag(all[first_commit]) != 'C') ++first_commit;
+  Script script;
+  script.Frame(all[0], absl::Seconds(1));
+  for (size_t i = 1; i <= first_commit; ++i) script.Frame(all[i], absl::Milliseconds(5));
+  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }), IsOk());
+  const std::vector<absl::Time> times = sink_.times();
+  ASSERT_FALSE(times.empty());
+  // The first frame is read the moment it arrives (no window before it); the
+  // assembler hands an event over one change later, so the first event comes
+  // out on the first read after its successor arrived: a window later.
+  EXPECT_THAT(log_->input_pauses(), Each(absl::Milliseconds(20)));
+  EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(1u)));
+  for (absl::Time t : times) {
+    const absl::Duration since = t - (start + absl::Seconds(1));
+    EXPECT_EQ(since % absl::Milliseconds(20), absl::ZeroDuration())
+        << "events are handed over only at the ends of read windows, got " << since;
+  }
+}
+
+TEST_F(StreamReaderUnitTest, WithoutCoalescingEveryArrivalIsReadAtOnce) {
+  const absl::Time start = clock_.Now();
+  const Frames& all = Golden();
+  size_t first_commit = 0;
+  while (Tag(all[first_commit]) != 'C') ++first_commit;
+  Script script;
+  for (size_t i = 0; i <= first_commit; ++i) script.Frame(all[i], absl::Milliseconds(5));
+  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }), IsOk());
+  EXPECT_THAT(log_->input_pauses(), SizeIs(0));
+  for (absl::Time t : sink_.times()) {
+    EXPECT_EQ((t - start) % absl::Milliseconds(5), absl::ZeroDuration());
+  }
+}
+
+// The walsender of a stopping PostgreSQL asks for a reply right after each of
+// ours; a timeout ping never comes that soon.
+Script ReplyRequests(int count, absl::Duration spacing) {
+  Script script;
+  script.WalSenderTimeout(absl::Seconds(4));  // Pings come 2 s after our silence.
+  for (int i = 0; i < count; ++i) {
+    script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x9000), 0, true), spacing);
+  }
+  return script;
+}
+
+TEST_F(StreamReaderUnitTest, ChainOfEarlyReplyRequestsEndsTheSessionSoAShutdownCanFinish) {
+  int sessions_seen = 0;
+  ASSERT_THAT(Run({ReplyRequests(12, absl::Milliseconds(10)), Script()},
+                  [&](const SentUpdate& u) {
+                    sessions_seen = std::max(sessions_seen, u.session + 1);
+                    return u.session == 1;
+                  }),
+              IsOk());
+  EXPECT_EQ(reader_->stats().reconnects, 1u);
+  EXPECT_EQ(sessions_seen, 2);
+}
+
+TEST_F(StreamReaderUnitTest, RequestsSpacedLikeTimeoutPingsDoNotEndTheSession) {
+  // Each request 1.5 s after the last: later than wal_sender_timeout / 4 after
+  // our reply, as a live walsender's pings are.
+  ASSERT_THAT(Run({ReplyRequests(15, absl::Milliseconds(1500))},
+                  [&](const SentUpdate&) { return reader_->stats().keepalives >= 15; }),
+              IsOk());
+  EXPECT_EQ(reader_->stats().reconnects, 0u);
+}
+
+TEST_F(StreamReaderUnitTest, ConfirmsOnlyWhatIsAckedAndStored) {
+  ASSERT_THAT(tracker_.AddConsumer("c", EventId{}), IsOk());
+  const EventId last = expected_.ids.back();
+  bool acked = false;
+  ASSERT_THAT(Run({Script().Frames(Golden())},
+                  [&](const SentUpdate& update) {
+                    EXPECT_LE(update.flush, store_.stored()) << "confirmed before stored";
+                    if (sink_.commits().size() < expected_.transactions) return false;
+                    if (!acked) {
+                      // A keepalive before the first transaction may be confirmed
+                      // (idle advance); no transaction may.
+                      EXPECT_LE(update.flush, expected_.ids.front().commit_lsn)
+                          << "nothing acked, no transaction confirmed";
+                      acked = true;
+                      EXPECT_THAT(tracker_.Ack("c", last), IsOk());
+                      return false;
+                    }
+                    return update.flush > expected_.ids.back().commit_lsn;
+                  }),
+              IsOk());
+  const Lsn end = sink_.commits().back().end_lsn;
+  EXPECT_EQ(reader_->stats().confirmed_sent, end) << "the last transaction's end, acked";
+  EXPECT_EQ(store_.stored(), end);
+}
+
+// A store whose writes above `hold_above` block until released: the loop must
+// go on without it.
+class HeldStore : public ConfirmedLsnStore {
+ public:
+  explicit HeldStore(Lsn hold_above) : hold_above_(hold_above) {}
+  absl::Status PersistConfirmed(Lsn lsn) override {
+    if (lsn > hold_above_) {
+      if (!entered_.HasBeenNotified()) entered_.Notify();
+      release_.WaitForNotification();
+    }
+    absl::MutexLock lock(&mu_);
+    stored_ = lsn;
+    return absl::OkStatus();
+  }
+  const Lsn hold_above_;
+  absl::Notification entered_;
+  absl::Notification release_;
+  absl::Mutex mu_;
+  Lsn stored_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(StreamReaderUnitTest, ASlowStoreNeverHoldsTheLoop) {
+  HeldStore held(expected_.ids.back().commit_lsn);
+  ASSERT_THAT(tracker_.AddConsumer("c", EventId{}), IsOk());
+  log_ = std::make_shared<FakeLog>();
+  Script script = ReplyRequests(5, absl::Seconds(3));
+  script.Frames(Golden());
+  reader_ = std::make_unique<StreamReader>(
+      options_, std::make_unique<FakeOpener>(&clock_, std::vector<Script>{script}, log_),
+      &clock_, &tracker_, &sink_, &held);
+  int while_held = 0;
+  log_->on_update = [&](const SentUpdate& update) {
+    if (!held.entered_.HasBeenNotified()) {
+      if (sink_.commits().size() >= expected_.transactions) {
+        EXPECT_THAT(tracker_.Ack("c", expected_.ids.back()), IsOk());
+      }
+      return;
+    }
+    if (!held.release_.HasBeenNotified()) {
+      EXPECT_LE(update.flush, expected_.ids.front().commit_lsn) << "not stored, not confirmed";
+      if (++while_held == 5) held.release_.Notify();
+      return;
+    }
+    if (update.flush > expected_.ids.back().commit_lsn) reader_->Stop();
+  };
+  ASSERT_THAT(reader_->Run(Lsn()), IsOk());
+  EXPECT_EQ(while_held, 5) << "status updates went on while the store was held";
+  EXPECT_EQ(reader_->stats().confirmed_sent, sink_.commits().back().end_lsn);
+}
+
+}  // namespace
+}  // namespace walfeed::replication::pg

@@ -1,0 +1,222 @@
+#include "tests/testing/fake_replication.h"
+
+#include <poll.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "replication/byte_reader.h"
+
+namespace walfeed::testing {
+namespace {
+
+void FreeNew(char* p) { delete[] p; }
+
+bool WakeFdReadable(int fd, int timeout_ms = 0) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, timeout_ms) > 0 && (p.revents & POLLIN) != 0;
+}
+
+}  // namespace
+
+absl::Time FakeClock::Now() const {
+  absl::MutexLock lock(&mu_);
+  return now_;
+}
+
+void FakeClock::AdvanceTo(absl::Time t) {
+  absl::MutexLock lock(&mu_);
+  if (t > now_) now_ = t;
+}
+
+Script& Script::Frame(std::vector<uint8_t> bytes, absl::Duration after) {
+  steps_.push_back(Step{after, std::move(bytes), absl::OkStatus()});
+  return *this;
+}
+
+Script& Script::Frames(const std::vector<std::vector<uint8_t>>& frames) {
+  for (const auto& frame : frames) Frame(frame);
+  return *this;
+}
+
+Script& Script::Fail(absl::Status status, absl::Duration after) {
+  steps_.push_back(Step{after, {}, std::move(status)});
+  return *this;
+}
+
+Script& Script::WalSenderTimeout(absl::Duration timeout) {
+  wal_sender_timeout_ = timeout;
+  return *this;
+}
+
+std::vector<replication::Lsn> FakeLog::starts() const {
+  absl::MutexLock lock(&mu_);
+  return starts_;
+}
+
+std::vector<SentUpdate> FakeLog::updates() const {
+  absl::MutexLock lock(&mu_);
+  return updates_;
+}
+
+int FakeLog::finished() const {
+  absl::MutexLock lock(&mu_);
+  return finished_;
+}
+
+std::vector<absl::Duration> FakeLog::input_pauses() const {
+  absl::MutexLock lock(&mu_);
+  return input_pauses_;
+}
+
+class FakeConnection : public replication::ReplicationConnection {
+ public:
+  FakeConnection(FakeClock* clock, const Script& script, int session, std::shared_ptr<FakeLog> log)
+      : clock_(clock),
+        session_(session),
+        log_(std::move(log)),
+        wal_sender_timeout_(script.wal_sender_timeout()),
+        limit_(clock->Now() + FakeOpener::kSimulatedLimit) {
+    absl::Time at = clock->Now();
+    for (const Script::Step& step : script.steps()) {
+      at += step.after;
+      pending_.push_back(Pending{at, step.frame, step.failure});
+    }
+  }
+
+  absl::Duration wal_sender_timeout() const override { return wal_sender_timeout_; }
+
+  absl::StatusOr<std::optional<replication::CopyFrame>> TryRead() override {
+    if (!broken_.ok()) return broken_;
+    if (clock_->Now() > limit_) {
+      return absl::FailedPreconditionError("the fake's simulated time limit passed");
+    }
+    if (pending_.empty() || pending_.front().at > clock_->Now()) {
+      return std::optional<replication::CopyFrame>();
+    }
+    Pending next = std::move(pending_.front());
+    pending_.pop_front();
+    if (!next.failure.ok()) {
+      broken_ = next.failure;
+      return broken_;
+    }
+    char* data = new char[next.frame.size()];
+    std::memcpy(data, next.frame.data(), next.frame.size());
+    return std::optional<replication::CopyFrame>(
+        replication::CopyFrame(data, next.frame.size(), FreeNew));
+  }
+
+  absl::Status ConsumeInput() override { return broken_; }
+
+  absl::Status Send(absl::Span<const uint8_t> message) override {
+    if (!broken_.ok()) return broken_;
+    replication::ByteReader reader(message);
+    SentUpdate update;
+    update.at = clock_->Now();
+    update.session = session_;
+    absl::StatusOr<uint8_t> kind = reader.ReadUint8("kind");
+    absl::StatusOr<uint64_t> write = reader.ReadUint64("write");
+    absl::StatusOr<uint64_t> flush = reader.ReadUint64("flush");
+    if (!kind.ok() || *kind != 'r' || !write.ok() || !flush.ok()) {
+      return absl::InvalidArgumentError("the loop sent something other than a status update");
+    }
+    update.write = replication::Lsn(*write);
+    update.flush = replication::Lsn(*flush);
+    update.reply_requested = message.back() != 0;
+    {
+      absl::MutexLock lock(&log_->mu_);
+      log_->updates_.push_back(update);
+    }
+    if (log_->on_update) log_->on_update(update);
+    return absl::OkStatus();
+  }
+
+  absl::Status FlushOutput() override { return absl::OkStatus(); }
+  bool HasPendingOutput() const override { return false; }
+
+  absl::StatusOr<replication::Readiness> Wait(bool want_input, absl::Time deadline,
+                                              int wake_fd) override {
+    replication::Readiness ready;
+    if (WakeFdReadable(wake_fd)) {
+      ready.woken = true;
+      return ready;
+    }
+    const absl::Time now = clock_->Now();
+    if (want_input && !pending_.empty() && pending_.front().at <= deadline) {
+      clock_->AdvanceTo(pending_.front().at);
+      ready.input = true;
+      return ready;
+    }
+    if (!want_input && deadline > now) {
+      absl::MutexLock lock(&log_->mu_);
+      log_->input_pauses_.push_back(deadline - now);
+    }
+    // Nothing scripted arrives before the deadline. Threads of the loop's own (its
+    // store) get a real millisecond to report, as they would in a real wait,
+    // before simulated time jumps.
+    if (WakeFdReadable(wake_fd, /*timeout_ms=*/1)) {
+      ready.woken = true;
+      return ready;
+    }
+    clock_->AdvanceTo(deadline);
+    return ready;
+  }
+
+  absl::Status Finish(absl::Duration) override {
+    absl::MutexLock lock(&log_->mu_);
+    ++log_->finished_;
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Pending {
+    absl::Time at;
+    std::vector<uint8_t> frame;
+    absl::Status failure;
+  };
+  FakeClock* const clock_;
+  const int session_;
+  const std::shared_ptr<FakeLog> log_;
+  const absl::Duration wal_sender_timeout_;
+  const absl::Time limit_;
+  std::deque<Pending> pending_;
+  absl::Status broken_;
+};
+
+FakeOpener::FakeOpener(FakeClock* clock, std::vector<Script> sessions,
+                       std::shared_ptr<FakeLog> log)
+    : clock_(clock), sessions_(sessions.begin(), sessions.end()), log_(std::move(log)) {}
+
+absl::StatusOr<std::unique_ptr<replication::ReplicationConnection>> FakeOpener::Open(
+    replication::Lsn start) {
+  {
+    absl::MutexLock lock(&log_->mu_);
+    log_->starts_.push_back(start);
+  }
+  if (sessions_.empty()) return absl::FailedPreconditionError("script: no more sessions");
+  Script script = std::move(sessions_.front());
+  sessions_.pop_front();
+  return std::unique_ptr<replication::ReplicationConnection>(
+      std::make_unique<FakeConnection>(clock_, script, opened_++, log_));
+}
+
+absl::StatusOr<std::vector<std::vector<uint8_t>>> LoadGoldenFrames(absl::string_view path) {
+  std::ifstream in{std::string(path)};
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::vector<std::vector<uint8_t>> frames;
+  std::string line;
+  while (std::getline(in, line)) {
+    line = std::string(absl::StripAsciiWhitespace(line));
+    if (line.empty() || line[0] == '#') continue;
+    const std::string bytes = absl::HexStringToBytes(line);
+    frames.emplace_back(bytes.begin(), bytes.end());
+  }
+  return frames;
+}
+
+}  // namespace walfeed::testing
