@@ -1,0 +1,231 @@
+// ConsumerRegistry: fencing, retention, the ack and removal protocols, and the
+// reader's side of the buffer, without a database or gRPC.
+#include "server/consumer_registry.h"
+
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/stream_events.h"
+#include "tests/testing/status_matchers.h"
+
+namespace walfeed::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using ::walfeed::testing::Buffered;
+using ::walfeed::testing::FrameIds;
+using ::walfeed::testing::Id;
+using ::walfeed::testing::IsOk;
+using ::walfeed::testing::StatusIs;
+
+class ConsumerRegistryTest : public ::testing::Test {
+ protected:
+  ConsumerRegistry::Options Options(size_t buffer_bytes = 1 << 20) {
+    return ConsumerRegistry::Options{
+        "s", "slot_s", buffer_bytes,
+        [] { return absl::UnavailableError("stream \"s\" is still connecting: no route"); },
+        [] { return replication::Lsn(0x9000); },
+        [this] { return absl::StrCat("session-", ++sessions_); }};
+  }
+  // Tracks and buffers one transaction of `count` events at `commit`.
+  void Deliver(ConsumerRegistry& registry, uint64_t commit, uint32_t count) {
+    ASSERT_THAT(tracker_.OnBegin(replication::Lsn(commit)), IsOk());
+    for (uint32_t i = 0; i < count; ++i) {
+      ASSERT_THAT(tracker_.OnEvent(Id(commit, i)), IsOk());
+      ASSERT_THAT(registry.Append(Buffered(Id(commit, i))), IsOk());
+    }
+    ASSERT_THAT(tracker_.OnCommit(replication::Lsn(commit), replication::Lsn(commit + 0x28), count),
+                IsOk());
+  }
+  // Every event frame the session has now, ids flattened (the started frame
+  // contributes none).
+  std::vector<std::string> Drain(ConsumerRegistry& registry, const Session& session) {
+    std::vector<std::string> ids;
+    std::string frame;
+    std::optional<absl::Status> end;
+    while (registry.NextFrame(session, kNow, &frame, &end)) {
+      for (std::string& id : FrameIds(frame)) ids.push_back(std::move(id));
+    }
+    return ids;
+  }
+  absl::Status Ack(ConsumerRegistry& registry, const OpenedSession& opened, EventId id) {
+    absl::StatusOr<ConsumerRegistry::AckTicket> ticket =
+        registry.BeginAck(opened.session->consumer(), opened.session->id(), id);
+    if (!ticket.ok()) return ticket.status();
+    if (ticket->noop) return absl::OkStatus();
+    if (absl::Status tracked = tracker_.Ack(opened.session->consumer(), id); !tracked.ok()) {
+      return tracked;
+    }
+    SessionList wake;
+    registry.FinishAck(opened.session->consumer(), id, &wake);
+    return absl::OkStatus();
+  }
+
+  const absl::Time kNow = absl::Now();
+  int sessions_ = 0;
+  replication::AckTracker tracker_{replication::Lsn(0x10)};
+};
+
+TEST_F(ConsumerRegistryTest, BeforeLoadCallsAreUnavailableWithTheReason) {
+  ConsumerRegistry registry(Options());
+  EXPECT_THAT(registry.Open("a", std::nullopt, {}).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no route")));
+  EXPECT_THAT(registry.BeginRemove("a").status(), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST_F(ConsumerRegistryTest, ANewConsumerGetsEverythingBufferedAndAcksMoveItsCheckpoint) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  Deliver(registry, 0x100, 3);
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  EXPECT_THAT(Drain(registry, *a->session), SizeIs(3));
+  ASSERT_THAT(Ack(registry, *a, Id(0x100, 2)), IsOk());
+  EXPECT_EQ(registry.Snapshot().consumers[0].checkpoint, Id(0x100, 2));
+  EXPECT_EQ(registry.Snapshot().buffered_events, 0u) << "acked by every consumer: trimmed";
+}
+
+TEST_F(ConsumerRegistryTest, AnEventStaysUntilEveryConsumerAckedIt) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {{"b", EventId{}}}, EventId{});
+  Deliver(registry, 0x100, 2);
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  Drain(registry, *a->session);
+  ASSERT_THAT(Ack(registry, *a, Id(0x100, 1)), IsOk());
+  EXPECT_EQ(registry.Snapshot().buffered_events, 2u) << "b (stored checkpoint) has not acked";
+  absl::StatusOr<OpenedSession> b = registry.Open("b", std::nullopt, {});
+  ASSERT_THAT(b.status(), IsOk());
+  EXPECT_THAT(Drain(registry, *b->session), SizeIs(2)) << "b finds everything after its checkpoint";
+}
+
+TEST_F(ConsumerRegistryTest, ANewerSessionSupersedesAndFencesTheOlder) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  Deliver(registry, 0x100, 2);
+  absl::StatusOr<OpenedSession> first = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(first.status(), IsOk());
+  Drain(registry, *first->session);
+  absl::StatusOr<OpenedSession> second = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(second.status(), IsOk());
+  EXPECT_EQ(second->superseded, first->session);
+  std::string frame;
+  std::optional<absl::Status> end;
+  EXPECT_FALSE(registry.NextFrame(*first->session, kNow, &frame, &end));
+  ASSERT_TRUE(end.has_value());
+  EXPECT_THAT(*end, StatusIs(absl::StatusCode::kAborted, HasSubstr("superseded")));
+  EXPECT_THAT(Ack(registry, *first, Id(0x100, 0)),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr(second->session->id())));
+  EXPECT_THAT(Ack(registry, *second, Id(0x100, 0)),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("not delivered")))
+      << "the new session has not passed it yet";
+}
+
+TEST_F(ConsumerRegistryTest, StartAfterBelowWhatIsHeldIsRefusedAndRegistersNothing) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  Deliver(registry, 0x100, 3);
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  Drain(registry, *a->session);
+  ASSERT_THAT(Ack(registry, *a, Id(0x100, 1)), IsOk());
+  EXPECT_THAT(registry.Open("late", Id(0x100, 0), {}).status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("still holds")));
+  EXPECT_THAT(registry.Snapshot().consumers, SizeIs(1));
+  EXPECT_THAT(registry.Open("a", Id(0x100, 0), {}).status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("checkpoint")));
+}
+
+TEST_F(ConsumerRegistryTest, TheBufferBoundTellsTheReaderToWait) {
+  const size_t one = Buffered(Id(0x100, 0)).bytes;
+  ConsumerRegistry registry(Options(one * 3));
+  registry.Load(&tracker_, {}, EventId{});
+  Deliver(registry, 0x100, 3);
+  EXPECT_FALSE(registry.HasRoom());
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  Drain(registry, *a->session);
+  ASSERT_THAT(Ack(registry, *a, Id(0x100, 0)), IsOk());
+  EXPECT_TRUE(registry.HasRoom());
+}
+
+TEST_F(ConsumerRegistryTest, WaitingSessionsAreWokenOnceByTheReader) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  EXPECT_THAT(Drain(registry, *a->session), IsEmpty());  // started, then nothing: waiting
+  Deliver(registry, 0x100, 1);
+  EXPECT_THAT(registry.TakeWaiting(), ElementsAre(a->session));
+  EXPECT_THAT(registry.TakeWaiting(), IsEmpty());
+}
+
+TEST_F(ConsumerRegistryTest, RemovalWaitsForAnAckInFlightAndThenReleasesTheBuffer) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  Deliver(registry, 0x100, 2);
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  absl::StatusOr<OpenedSession> b = registry.Open("b", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  Drain(registry, *a->session);
+  Drain(registry, *b->session);
+  // An ack of b's passes its checks; its durable write is still going on.
+  ASSERT_THAT(registry.BeginAck("b", b->session->id(), Id(0x100, 0)).status(), IsOk());
+  absl::StatusOr<std::shared_ptr<Session>> ended = registry.BeginRemove("b");
+  ASSERT_THAT(ended.status(), IsOk());
+  EXPECT_EQ(*ended, b->session);
+  EXPECT_THAT(registry.Open("b", std::nullopt, {}).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("being removed")));
+  EXPECT_THAT(registry.BeginRemove("b").status(), StatusIs(absl::StatusCode::kAborted));
+  absl::Notification landed;
+  EventId checkpoint;
+  std::thread remover([&] {
+    checkpoint = registry.AwaitAcksLanded("b");
+    landed.Notify();
+  });
+  EXPECT_FALSE(landed.WaitForNotificationWithTimeout(absl::Milliseconds(50)))
+      << "the removal must wait for the ack in flight";
+  ASSERT_THAT(tracker_.Ack("b", Id(0x100, 0)), IsOk());
+  SessionList wake;
+  registry.FinishAck("b", Id(0x100, 0), &wake);
+  remover.join();
+  EXPECT_EQ(checkpoint, Id(0x100, 0)) << "what the landed ack stored";
+  ASSERT_THAT(Ack(registry, *a, Id(0x100, 1)), IsOk());
+  EXPECT_EQ(registry.Snapshot().buffered_events, 1u) << "b still holds the second event";
+  registry.FinishRemove("b", &wake);
+  EXPECT_EQ(registry.Snapshot().buffered_events, 0u);
+  EXPECT_THAT(registry.Snapshot().consumers, SizeIs(1));
+}
+
+TEST_F(ConsumerRegistryTest, AFailedRemovalKeepsTheConsumer) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {{"a", Id(0x50, 0)}}, EventId{});
+  ASSERT_THAT(registry.BeginRemove("a").status(), IsOk());
+  registry.AbandonRemove("a");
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  EXPECT_EQ(a->checkpoint, Id(0x50, 0));
+}
+
+TEST_F(ConsumerRegistryTest, StopAndFailEndSessionsAndRefuseWhatFollows) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  EXPECT_THAT(registry.Stop(absl::UnavailableError("shutting down")), ElementsAre(a->session));
+  EXPECT_THAT(registry.Open("a", std::nullopt, {}).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("stopping")));
+  registry.Fail(absl::DataLossError("slot dropped"));
+  EXPECT_THAT(registry.Open("a", std::nullopt, {}).status(),
+              StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(Ack(registry, *a, Id(0x100, 0)), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+}  // namespace
+}  // namespace walfeed::server

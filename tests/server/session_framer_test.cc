@@ -1,0 +1,125 @@
+// SessionFramer: started first, batches bounded by count and bytes, the unacked
+// window, filters moving the cursor, progress on its interval. Explicit times.
+#include "server/session_framer.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/stream_events.h"
+#include "tests/testing/status_matchers.h"
+
+namespace walfeed::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::walfeed::testing::Buffered;
+using ::walfeed::testing::FrameIds;
+using ::walfeed::testing::Id;
+using ::walfeed::testing::IsOk;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+class SessionFramerTest : public ::testing::Test {
+ protected:
+  void Fill(uint64_t commit, uint32_t count, const std::string& table = "t") {
+    for (uint32_t i = 0; i < count; ++i) {
+      ASSERT_THAT(buffer_.Append(Buffered(Id(commit, i), table)), IsOk());
+    }
+  }
+  walfeed::v1::SubscribeResponse Next(SessionFramer& framer, absl::Time now, bool* sent) {
+    std::string frame;
+    *sent = framer.Next(buffer_, context_, now, &frame);
+    walfeed::v1::SubscribeResponse response;
+    if (*sent) EXPECT_TRUE(response.ParseFromString(frame));
+    return response;
+  }
+  std::vector<std::string> NextIds(SessionFramer& framer, absl::Time now = kT0) {
+    std::string frame;
+    if (!framer.Next(buffer_, context_, now, &frame)) return {};
+    return FrameIds(frame);
+  }
+
+  StreamBuffer buffer_;
+  SessionFramer::Context context_{"s-1", EventId{}, "slot_a",
+                                  [] { return replication::Lsn(0x5000); }};
+  SessionOptions options_;
+};
+
+TEST_F(SessionFramerTest, StartedComesFirstAndNamesTheStart) {
+  Fill(0x100, 2);
+  SessionFramer framer(options_, Id(0x100, 0), kT0);
+  bool sent = false;
+  walfeed::v1::SubscribeResponse first = Next(framer, kT0, &sent);
+  ASSERT_TRUE(sent);
+  ASSERT_TRUE(first.has_started());
+  EXPECT_EQ(first.started().session_id(), "s-1");
+  EXPECT_EQ(first.started().start_after(), Id(0x100, 0).ToString());
+  EXPECT_EQ(first.started().slot().name(), "slot_a");
+  EXPECT_THAT(NextIds(framer), ElementsAre(Id(0x100, 1).ToString()));
+}
+
+TEST_F(SessionFramerTest, BatchesAreBoundedByCountAndBytes) {
+  Fill(0x100, 10);
+  options_.limits.max_batch_events = 4;
+  SessionFramer framer(options_, EventId{}, kT0);
+  ASSERT_THAT(NextIds(framer), IsEmpty());  // started
+  EXPECT_EQ(NextIds(framer).size(), 4u);
+  options_.limits.max_batch_bytes = static_cast<uint32_t>(Buffered(Id(0x100, 9)).bytes * 2);
+  EXPECT_EQ(NextIds(framer).size(), 2u) << "two events fill the byte bound";
+  options_.limits.max_batch_bytes = 1;
+  EXPECT_EQ(NextIds(framer).size(), 1u) << "one event larger than the bound still goes, alone";
+}
+
+TEST_F(SessionFramerTest, TheUnackedWindowStopsDeliveryUntilAcked) {
+  Fill(0x100, 10);
+  options_.limits.max_unacked_events = 3;
+  SessionFramer framer(options_, EventId{}, kT0);
+  ASSERT_THAT(NextIds(framer), IsEmpty());
+  EXPECT_THAT(NextIds(framer), ElementsAre(Id(0x100, 0).ToString(), Id(0x100, 1).ToString(),
+                                           Id(0x100, 2).ToString()));
+  EXPECT_THAT(NextIds(framer), IsEmpty()) << "window full";
+  EXPECT_EQ(framer.unacked_events(), 3u);
+  framer.Acked(Id(0x100, 1));
+  EXPECT_EQ(framer.unacked_events(), 1u);
+  EXPECT_THAT(NextIds(framer), ElementsAre(Id(0x100, 3).ToString(), Id(0x100, 4).ToString()));
+}
+
+TEST_F(SessionFramerTest, FilteredEventsMoveTheCursorWithoutFillingTheWindow) {
+  Fill(0x100, 3, "skipped");
+  Fill(0x200, 2, "wanted");
+  google::protobuf::RepeatedPtrField<std::string> tables;
+  tables.Add("public.wanted");
+  absl::StatusOr<EventFilter> filter = EventFilter::Create(tables, {});
+  ASSERT_THAT(filter.status(), IsOk());
+  options_.filter = *filter;
+  SessionFramer framer(options_, EventId{}, kT0);
+  ASSERT_THAT(NextIds(framer), IsEmpty());
+  EXPECT_THAT(NextIds(framer), ElementsAre(Id(0x200, 0).ToString(), Id(0x200, 1).ToString()));
+  EXPECT_EQ(framer.cursor(), Id(0x200, 1));
+  EXPECT_EQ(framer.unacked_events(), 2u);
+}
+
+TEST_F(SessionFramerTest, ProgressIsDueOnlyAfterTheIntervalWithoutFrames) {
+  options_.limits.progress_interval = absl::Seconds(5);
+  Fill(0x100, 1);
+  SessionFramer framer(options_, EventId{}, kT0);
+  bool sent = false;
+  Next(framer, kT0, &sent);  // started
+  ASSERT_THAT(NextIds(framer, kT0 + absl::Seconds(1)), ElementsAre(Id(0x100, 0).ToString()));
+  Next(framer, kT0 + absl::Seconds(5), &sent);
+  EXPECT_FALSE(sent) << "an events frame 4 s ago";
+  EXPECT_FALSE(framer.ProgressDue(kT0 + absl::Seconds(5)));
+  EXPECT_TRUE(framer.ProgressDue(kT0 + absl::Seconds(6)));
+  context_.checkpoint = Id(0x80, 0);
+  walfeed::v1::SubscribeResponse progress = Next(framer, kT0 + absl::Seconds(6), &sent);
+  ASSERT_TRUE(sent);
+  ASSERT_TRUE(progress.has_progress());
+  EXPECT_EQ(progress.progress().last_delivered(), Id(0x100, 0).ToString());
+  EXPECT_EQ(progress.progress().unacked_events(), 1u);
+  EXPECT_EQ(progress.progress().checkpoint(), Id(0x80, 0).ToString());
+  EXPECT_EQ(progress.progress().server_wal_lsn(), "0/5000");
+  EXPECT_EQ(progress.progress().lag_bytes(), 0x5000u - 0x80u);
+}
+
+}  // namespace
+}  // namespace walfeed::server
