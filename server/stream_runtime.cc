@@ -4,18 +4,10 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "spdlog/spdlog.h"
+#include "server/stream_log.h"
 
 namespace walfeed::server {
 namespace {
-
-std::shared_ptr<spdlog::logger> Logger() {
-  static std::shared_ptr<spdlog::logger> logger = [] {
-    std::shared_ptr<spdlog::logger> existing = spdlog::get("stream");
-    return existing ? existing : spdlog::default_logger()->clone("stream");
-  }();
-  return logger;
-}
 
 std::string IdOrNone(EventId id) { return id == EventId{} ? "none" : id.ToString(); }
 
@@ -68,11 +60,11 @@ absl::StatusOr<OpenedSession> StreamRuntime::Open(const std::string& consumer,
   absl::StatusOr<OpenedSession> opened = registry_.Open(consumer, start_after, std::move(options));
   if (!opened.ok()) return opened;
   if (opened->superseded) {
-    Logger()->info("stream {}: consumer {} session {} superseded by {}", name(), consumer,
+    StreamLogger()->info("stream {}: consumer {} session {} superseded by {}", name(), consumer,
                    opened->superseded->id(), opened->session->id());
     opened->superseded->Wake();
   }
-  Logger()->info("stream {}: consumer {} subscribed (session {}, checkpoint {}, delivering after {})",
+  StreamLogger()->info("stream {}: consumer {} subscribed (session {}, checkpoint {}, delivering after {})",
                  name(), consumer, opened->session->id(), IdOrNone(opened->checkpoint),
                  IdOrNone(opened->start_after));
   return opened;
@@ -105,7 +97,7 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
                                                durable.message(), "; retry the Ack"));
   }
   if (absl::Status tracked = tracker->Ack(consumer, id); !tracked.ok()) {
-    Logger()->warn("stream {}: consumer {}: ack {} stored but not tracked: {}", name(), consumer,
+    StreamLogger()->warn("stream {}: consumer {}: ack {} stored but not tracked: {}", name(), consumer,
                    id.ToString(), tracked.ToString());
   }
   std::move(abandon).Cancel();
@@ -134,7 +126,7 @@ absl::StatusOr<EventId> StreamRuntime::RemoveConsumer(const std::string& consume
   registry_.FinishRemove(consumer, &wake);
   WakeAll(wake);
   source_->Wake();  // The buffer may have room again.
-  Logger()->info("stream {}: consumer {} removed (its checkpoint was {})", name(), consumer,
+  StreamLogger()->info("stream {}: consumer {} removed (its checkpoint was {})", name(), consumer,
                  IdOrNone(checkpoint));
   return checkpoint;
 }
@@ -148,7 +140,7 @@ void StreamRuntime::OnEvent(replication::ChangeEvent event) {
   if (!appended.ok()) {
     // The delivery gate makes ids strictly increasing; a repeat reaching the
     // buffer is a bug upstream, and delivering it would break the id contract.
-    Logger()->error("stream {}: {}", name(), appended.ToString());
+    StreamLogger()->error("stream {}: {}", name(), appended.ToString());
   }
 }
 
@@ -165,7 +157,7 @@ void StreamRuntime::OnDrained() {
 }
 
 void StreamRuntime::OnConnected(Lsn start) {
-  Logger()->info("stream {}: streaming from {}", name(), start.ToString());
+  StreamLogger()->info("stream {}: streaming from {}", name(), start.ToString());
   supervisor_.SetState(walfeed::v1::STREAM_STATE_STREAMING, "");
 }
 

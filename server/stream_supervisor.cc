@@ -4,20 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "replication/retry.h"
-#include "spdlog/spdlog.h"
+#include "server/stream_log.h"
 
 namespace walfeed::server {
-namespace {
-
-std::shared_ptr<spdlog::logger> Logger() {
-  static std::shared_ptr<spdlog::logger> logger = [] {
-    std::shared_ptr<spdlog::logger> existing = spdlog::get("stream");
-    return existing ? existing : spdlog::default_logger()->clone("stream");
-  }();
-  return logger;
-}
-
-}  // namespace
 
 StreamSupervisor::StreamSupervisor(Options options, replication::StreamSource* source,
                                    replication::StreamSink* sink, Hooks hooks)
@@ -72,7 +61,7 @@ void StreamSupervisor::Fail(const absl::Status& status) {
     failed_ = true;
     state_ = State{walfeed::v1::STREAM_STATE_FAILED, std::string(status.message())};
   }
-  Logger()->error("stream {}: failed, no longer streaming: {}", options_.stream,
+  StreamLogger()->error("stream {}: failed, no longer streaming: {}", options_.stream,
                   status.ToString());
   if (hooks_.on_failed) hooks_.on_failed(status);
   if (hooks_.on_state) hooks_.on_state(walfeed::v1::STREAM_STATE_FAILED);
@@ -91,7 +80,7 @@ bool StreamSupervisor::Prepare(replication::PreparedSource* prepared) {
       return false;
     }
     const absl::Duration delay = backoff.Next();
-    Logger()->warn("stream {}: cannot start yet: {}; retrying in {}", options_.stream,
+    StreamLogger()->warn("stream {}: cannot start yet: {}; retrying in {}", options_.stream,
                    result.status().ToString(), absl::FormatDuration(delay));
     SetState(walfeed::v1::STREAM_STATE_CONNECTING, std::string(result.status().message()));
     if (WaitForStop(delay)) return false;
@@ -102,10 +91,10 @@ void StreamSupervisor::Main() {
   replication::PreparedSource prepared;
   if (!Prepare(&prepared)) return;
   for (const std::string& warning : prepared.warnings) {
-    Logger()->warn("stream {}: {}", options_.stream, warning);
+    StreamLogger()->warn("stream {}: {}", options_.stream, warning);
   }
   for (const std::string& note : prepared.notes) {
-    Logger()->info("stream {}: {}", options_.stream, note);
+    StreamLogger()->info("stream {}: {}", options_.stream, note);
   }
   const replication::StartPlan& plan = prepared.plan;
   tracker_ = std::make_unique<replication::AckTracker>(plan.start);
@@ -114,7 +103,7 @@ void StreamSupervisor::Main() {
     if (stopping_) return;
   }
   if (hooks_.on_prepared) hooks_.on_prepared(plan, tracker_.get());
-  Logger()->info("stream {}: starting slot {} at {} with {} consumer checkpoint(s)",
+  StreamLogger()->info("stream {}: starting slot {} at {} with {} consumer checkpoint(s)",
                  options_.stream, options_.slot_name, plan.start.ToString(),
                  plan.consumers.size());
   const absl::Status result = source_->Run(plan, tracker_.get(), sink_);
