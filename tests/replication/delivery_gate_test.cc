@@ -100,7 +100,9 @@ TEST(DeliveryGateTest, TrackOutputFeedsTheTrackerWhatTheGateAdmits) {
   for (const Output& output : {Begin(0x100), Event(0x100, 0), Commit(0x100, 1)}) {
     absl::StatusOr<Verdict> v = gate.Admit(output);
     ASSERT_THAT(v.status(), IsOk());
-    if (v->track) ASSERT_THAT(TrackOutput(tracker, output), IsOk());
+    if (v->track) {
+      ASSERT_THAT(TrackOutput(tracker, output), IsOk());
+    }
   }
   EXPECT_THAT(tracker.CheckDelivered(EventId{Lsn(0x100), 0}), IsOk());
   ASSERT_THAT(tracker.Ack("c", EventId{Lsn(0x100), 0}), IsOk());

@@ -30,7 +30,9 @@ class SessionFramerTest : public ::testing::Test {
     std::string frame;
     *sent = framer.Next(buffer_, context_, now, &frame);
     walfeed::v1::SubscribeResponse response;
-    if (*sent) EXPECT_TRUE(response.ParseFromString(frame));
+    if (*sent) {
+      EXPECT_TRUE(response.ParseFromString(frame));
+    }
     return response;
   }
   std::vector<std::string> NextIds(SessionFramer& framer, absl::Time now = kT0) {
