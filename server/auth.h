@@ -14,7 +14,7 @@
 //     as is); generate one with `openssl rand -base64 32`. Each token appears
 //     once in the file;
 //   - right: `subscribe` (Subscribe and Ack), `status` (GetStatus) or `admin`
-//     (RemoveConsumer);
+//     (RemoveConsumer, ResetConsumer);
 //   - stream: a configured stream's name, or `*` for every stream.
 //
 //   e.g.  EXAMPLE-ONLY-not-a-real-token-1  subscribe,status  orders,inventory
@@ -53,7 +53,7 @@ namespace walfeed::server {
 enum class Right {
   kSubscribe,  // Subscribe and Ack.
   kStatus,     // GetStatus.
-  kAdmin,      // RemoveConsumer.
+  kAdmin,      // RemoveConsumer and ResetConsumer.
 };
 
 // "subscribe", "status" or "admin", as written in the tokens file.

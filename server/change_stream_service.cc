@@ -174,6 +174,19 @@ absl::StatusOr<SessionOptions> ChangeStreamService::OptionsFor(
   if (request.progress_interval_ms()) {
     limits.progress_interval = absl::Milliseconds(request.progress_interval_ms());
   }
+  options.ephemeral = request.ephemeral();
+  switch (request.start()) {
+    case walfeed::v1::START_POSITION_UNSPECIFIED:
+    case walfeed::v1::START_POSITION_EARLIEST:
+      break;
+    case walfeed::v1::START_POSITION_LATEST:
+      options.start_latest = true;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("start: ", request.start(),
+                       " is not a StartPosition (START_POSITION_EARLIEST or _LATEST)"));
+  }
   return options;
 }
 
@@ -191,8 +204,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ChangeStreamService::Subscribe(
   if (!status.ok()) return new FailedSubscribe(ToGrpc(status));
   absl::StatusOr<StreamRuntime*> runtime = Find(request->stream());
   if (!runtime.ok()) return new FailedSubscribe(ToGrpc(runtime.status()));
-  if (status = ValidateConsumerName(request->consumer()); !status.ok()) {
-    return new FailedSubscribe(ToGrpc(status));
+  // An ephemeral subscription needs no consumer name (it only labels logs).
+  if (!(request->ephemeral() && request->consumer().empty())) {
+    if (status = ValidateConsumerName(request->consumer()); !status.ok()) {
+      return new FailedSubscribe(ToGrpc(status));
+    }
   }
   std::optional<replication::EventId> start_after;
   if (!request->start_after().empty()) {
@@ -261,6 +277,50 @@ grpc::ServerUnaryReactor* ChangeStreamService::RemoveConsumer(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ChangeStreamService::ResetConsumer(
+    grpc::CallbackServerContext* context, const walfeed::v1::ResetConsumerRequest* request,
+    walfeed::v1::ResetConsumerResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = Authorize(context, Right::kAdmin, request->stream());
+  absl::StatusOr<StreamRuntime*> runtime = Find(request->stream());
+  if (status.ok() && !runtime.ok()) status = runtime.status();
+  if (status.ok()) status = ValidateConsumerName(request->consumer());
+  std::optional<replication::EventId> to;
+  if (status.ok() && request->to().empty() == !request->to_head()) {
+    status = absl::InvalidArgumentError(
+        "give exactly one of `to` (an event id) and `to_head` (the newest event held)");
+  }
+  if (status.ok() && !request->to().empty()) {
+    absl::StatusOr<replication::EventId> id = ParseId("to", request->to());
+    if (id.ok()) {
+      to = *id;
+    } else {
+      status = id.status();
+    }
+  }
+  if (!status.ok()) {
+    reactor->Finish(ToGrpc(status));
+    return reactor;
+  }
+  // Blocks on the durable write (and on the consumer's acks in flight).
+  pool_->Run([reactor, request, response, runtime = *runtime, to] {
+    absl::StatusOr<StreamRuntime::ResetOutcome> reset =
+        runtime->ResetConsumer(request->consumer(), to);
+    if (!reset.ok()) {
+      reactor->Finish(ToGrpc(reset.status()));
+      return;
+    }
+    if (reset->previous != replication::EventId{}) {
+      response->set_previous_checkpoint(reset->previous.ToString());
+    }
+    if (reset->checkpoint != replication::EventId{}) {
+      response->set_checkpoint(reset->checkpoint.ToString());
+    }
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
     grpc::CallbackServerContext* context, const walfeed::v1::GetStatusRequest* request,
     walfeed::v1::GetStatusResponse* response) {
@@ -320,6 +380,9 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
         stream->set_error(absl::StrCat("could not read the slot: ", report.status().message()));
       }
       stream->set_server_wal_lsn(server_lsn.ToString());
+      stream->set_buffered_events(snapshot.buffered_events);
+      stream->set_buffered_bytes(snapshot.buffered_bytes);
+      stream->set_ephemeral_sessions(static_cast<uint32_t>(snapshot.ephemeral_sessions));
       for (const ConsumerSnapshot& c : snapshot.consumers) {
         walfeed::v1::ConsumerStatus* consumer = stream->add_consumers();
         consumer->set_name(c.name);
@@ -327,7 +390,10 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
                                                                         : c.checkpoint.ToString());
         consumer->set_session_id(c.session_id);
         consumer->set_unacked_events(c.unacked_events);
-        const Lsn from = c.checkpoint.commit_lsn;
+        consumer->set_held_bytes(c.held_bytes);
+        // A consumer that never acked lags from where it started, not by 0.
+        const Lsn from =
+            c.position.commit_lsn.valid() ? c.position.commit_lsn : snapshot.stream_start;
         if (from.valid() && server_lsn > from) {
           consumer->set_lag_bytes(server_lsn.value() - from.value());
         }

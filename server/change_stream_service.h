@@ -1,9 +1,9 @@
 // ChangeStreamService: the walfeed.v1.ChangeStream gRPC service (callback API).
 //
 // Reactor methods never block: Subscribe reactors read frames from their
-// StreamRuntime under short locks and keep one write in flight; Ack and GetStatus,
-// which wait on a durable write or on PostgreSQL, run on a WorkerPool and finish
-// the call from there. Statuses from the runtime (absl) map one to one onto gRPC
+// StreamRuntime under short locks and keep one write in flight; Ack, GetStatus,
+// RemoveConsumer and ResetConsumer, which wait on a durable write or on
+// PostgreSQL, run on a WorkerPool and finish the call from there. Statuses from the runtime (absl) map one to one onto gRPC
 // codes.
 //
 // Subscribe is registered raw (request and responses as bytes): the runtime holds
@@ -32,7 +32,8 @@ using ChangeStreamBase = walfeed::v1::ChangeStream::WithRawCallbackMethod_Subscr
     walfeed::v1::ChangeStream::WithCallbackMethod_Ack<
         walfeed::v1::ChangeStream::WithCallbackMethod_GetStatus<
             walfeed::v1::ChangeStream::WithCallbackMethod_RemoveConsumer<
-                walfeed::v1::ChangeStream::Service>>>>;
+                walfeed::v1::ChangeStream::WithCallbackMethod_ResetConsumer<
+                    walfeed::v1::ChangeStream::Service>>>>>;
 
 class ChangeStreamService final : public ChangeStreamBase {
  public:
@@ -54,6 +55,9 @@ class ChangeStreamService final : public ChangeStreamBase {
   grpc::ServerUnaryReactor* RemoveConsumer(grpc::CallbackServerContext* context,
                                            const walfeed::v1::RemoveConsumerRequest* request,
                                            walfeed::v1::RemoveConsumerResponse* response) override;
+  grpc::ServerUnaryReactor* ResetConsumer(grpc::CallbackServerContext* context,
+                                          const walfeed::v1::ResetConsumerRequest* request,
+                                          walfeed::v1::ResetConsumerResponse* response) override;
 
  private:
   absl::Status Authorize(grpc::CallbackServerContext* context, Right right,

@@ -22,6 +22,11 @@ void ConsumerRegistry::Load(replication::AckTracker* tracker,
   loaded_ = true;
 }
 
+bool ConsumerRegistry::loaded() const {
+  absl::MutexLock lock(&mu_);
+  return loaded_;
+}
+
 std::shared_ptr<Session> ConsumerRegistry::EndLocked(const std::shared_ptr<Session>& session,
                                                      absl::Status status) {
   auto it = sessions_.find(session.get());
@@ -31,10 +36,12 @@ std::shared_ptr<Session> ConsumerRegistry::EndLocked(const std::shared_ptr<Sessi
 
 SessionList ConsumerRegistry::EndAllLocked(const absl::Status& why) {
   SessionList ended;
-  for (auto& [name, consumer] : consumers_) {
-    if (consumer.active) ended.push_back(EndLocked(consumer.active, why));
-    consumer.active.reset();
+  for (auto& [key, entry] : sessions_) {  // Ephemeral sessions too.
+    if (entry.end) continue;
+    entry.end = why;
+    ended.push_back(entry.session);
   }
+  for (auto& [name, consumer] : consumers_) consumer.active.reset();
   return ended;
 }
 
@@ -57,14 +64,26 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   if (failed_) return *failed_;
   if (stopping_) return absl::UnavailableError("walfeed-server is stopping");
   if (!loaded_) return options_.not_ready();
-  // Refusals first: a refused Subscribe must not register the consumer.
-  auto known = consumers_.find(consumer);
-  if (known != consumers_.end() && known->second.removing) {
-    // Not UNAVAILABLE: a client retrying would come back as a new consumer
-    // once the removal is done and silently skip what it never acked.
-    return absl::AbortedError(
-        absl::StrCat("consumer \"", consumer, "\" is being removed (RemoveConsumer)"));
+  if (options.ephemeral) {
+    if (start_after && *start_after < buffer_.trimmed()) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "start_after ", start_after->ToString(), " is below what stream \"", options_.stream,
+          "\" still holds (events after ", buffer_.trimmed().ToString(), ")"));
+    }
+    const EventId start = start_after ? *start_after : buffer_.newest();
+    OpenedSession opened;
+    opened.session =
+        std::make_shared<Session>(options_.new_session_id(), consumer, std::move(options));
+    sessions_.emplace(opened.session.get(),
+                      SessionEntry{opened.session,
+                                   SessionFramer(opened.session->options(), start, absl::Now()),
+                                   false, std::nullopt});
+    opened.start_after = start;
+    return opened;
   }
+  // Refusals first: a refused Subscribe must not register the consumer.
+  if (absl::Status busy = BusyLocked(consumer); !busy.ok()) return busy;
+  auto known = consumers_.find(consumer);
   if (start_after) {
     const EventId checkpoint = known == consumers_.end() ? EventId{} : known->second.checkpoint;
     if (*start_after < checkpoint) {  // Never for a new consumer.
@@ -89,8 +108,10 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   Consumer& state = it->second;
   // A new consumer starts at the oldest event still held for the stream.
   if (inserted) (void)tracker_->AddConsumer(consumer, EventId{});
-  EventId start = inserted ? buffer_.trimmed() : state.checkpoint;
+  EventId start = state.checkpoint;
+  if (inserted) start = options.start_latest ? buffer_.newest() : buffer_.trimmed();
   if (start_after) start = std::max(start, *start_after);
+  state.session_start = start;
 
   OpenedSession opened;
   opened.session =
@@ -112,11 +133,37 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   return opened;
 }
 
-void ConsumerRegistry::Close(const std::shared_ptr<Session>& session) {
+bool ConsumerRegistry::Close(const std::shared_ptr<Session>& session) {
   absl::MutexLock lock(&mu_);
-  auto it = consumers_.find(session->consumer());
-  if (it != consumers_.end() && it->second.active == session) it->second.active.reset();
   sessions_.erase(session.get());
+  auto it = consumers_.find(session->consumer());
+  if (it == consumers_.end() || it->second.active != session) return false;
+  Consumer& state = it->second;
+  state.active.reset();
+  // A consumer that never acked has no durable position to come back to, so once
+  // its session is gone it holds nothing: neither the buffer nor the slot. If it
+  // subscribes again it is a new consumer.
+  if (state.checkpoint != EventId{} || state.removing || state.acks_in_flight > 0) return false;
+  consumers_.erase(it);
+  if (tracker_ != nullptr) (void)tracker_->RemoveConsumer(session->consumer());
+  TrimLocked();
+  return true;
+}
+
+absl::Status ConsumerRegistry::BusyLocked(const std::string& consumer) const {
+  auto it = consumers_.find(consumer);
+  if (it == consumers_.end()) return absl::OkStatus();
+  // Not UNAVAILABLE: a client retrying would come back as a new consumer once a
+  // removal is done and silently skip what it never acked.
+  if (it->second.removing) {
+    return absl::AbortedError(
+        absl::StrCat("consumer \"", consumer, "\" is being removed (RemoveConsumer)"));
+  }
+  if (it->second.resetting) {
+    return absl::AbortedError(absl::StrCat("consumer \"", consumer,
+                                           "\" is being reset (ResetConsumer); resubscribe"));
+  }
+  return absl::OkStatus();
 }
 
 bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::string* frame,
@@ -128,6 +175,18 @@ bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::st
     return false;
   }
   SessionEntry& entry = it->second;
+  if (!entry.end && session.options().ephemeral && entry.framer.cursor() < buffer_.trimmed()) {
+    // Durable consumers acked past events it had not received: they are gone.
+    const EventId passed = entry.framer.cursor();
+    const EventId trimmed = buffer_.trimmed();
+    entry.end = absl::OutOfRangeError(absl::StrCat(
+        "ephemeral session ", session.id(), " fell behind: it had passed ",
+        passed == EventId{} ? "nothing" : passed.ToString(),
+        " and the server no longer holds the events up to ", trimmed.ToString(), " (",
+        trimmed.commit_lsn.value() - std::min(trimmed.commit_lsn, passed.commit_lsn).value(),
+        " bytes of WAL later); subscribe again to continue from the newest events, or use a "
+        "durable consumer to receive everything"));
+  }
   if (entry.end && entry.framer.started()) {
     *end = entry.end;
     return false;
@@ -160,6 +219,15 @@ absl::StatusOr<ConsumerRegistry::AckTicket> ConsumerRegistry::BeginAck(
   absl::MutexLock lock(&mu_);
   if (failed_) return *failed_;
   auto it = consumers_.find(consumer);
+  if (it == consumers_.end() || !it->second.active || it->second.active->id() != session_id) {
+    for (const auto& [key, entry] : sessions_) {
+      if (entry.session->id() == session_id && entry.session->options().ephemeral) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "session ", session_id,
+            " is ephemeral: ephemeral subscriptions keep no checkpoint and are not acked"));
+      }
+    }
+  }
   if (it == consumers_.end()) {
     return absl::NotFoundError(absl::StrCat("stream \"", options_.stream,
                                             "\" has no consumer \"", consumer,
@@ -218,9 +286,10 @@ absl::StatusOr<std::shared_ptr<Session>> ConsumerRegistry::BeginRemove(
                                             consumer, "\" (never subscribed, or already removed)"));
   }
   Consumer& state = it->second;
-  if (state.removing) {
-    return absl::AbortedError(
-        absl::StrCat("consumer \"", consumer, "\" is being removed by another call"));
+  if (state.removing || state.resetting) {
+    return absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" is being ",
+                                           state.removing ? "removed" : "reset",
+                                           " by another call"));
   }
   state.removing = true;
   std::shared_ptr<Session> ended;
@@ -256,6 +325,76 @@ void ConsumerRegistry::AbandonRemove(const std::string& consumer) {
   if (auto it = consumers_.find(consumer); it != consumers_.end()) it->second.removing = false;
 }
 
+absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
+    const std::string& consumer, std::optional<EventId> to) {
+  absl::MutexLock lock(&mu_);
+  if (failed_) return *failed_;
+  if (stopping_) return absl::UnavailableError("walfeed-server is stopping");
+  if (!loaded_) return options_.not_ready();
+  auto it = consumers_.find(consumer);
+  if (it == consumers_.end()) {
+    return absl::NotFoundError(absl::StrCat("stream \"", options_.stream, "\" has no consumer \"",
+                                            consumer, "\" (never subscribed, or removed)"));
+  }
+  Consumer& state = it->second;
+  if (state.removing || state.resetting) {
+    return absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" is being ",
+                                           state.removing ? "removed" : "reset",
+                                           " by another call"));
+  }
+  ResetTicket ticket;
+  ticket.previous = state.checkpoint;
+  if (!to) {
+    ticket.target = std::max(state.checkpoint, buffer_.newest());
+  } else {
+    if (*to < state.checkpoint) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot reset consumer \"", consumer, "\" to ", to->ToString(),
+          ": its checkpoint is already ", state.checkpoint.ToString(),
+          " and checkpoints only move forward (to read events again, a new consumer "
+          "can start_after an id the server still holds)"));
+    }
+    if (*to > buffer_.newest()) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "cannot reset consumer \"", consumer, "\" to ", to->ToString(),
+          ": the newest event stream \"", options_.stream, "\" holds is ",
+          buffer_.newest() == EventId{} ? "none yet" : buffer_.newest().ToString(),
+          "; use --to-head, or wait until the event was read"));
+    }
+    // The last event at or below `to` (the tracker confirms only real events).
+    ticket.target = state.checkpoint;
+    for (auto e = buffer_.After(state.checkpoint); e != buffer_.end() && e->id <= *to; ++e) {
+      ticket.target = e->id;
+    }
+  }
+  state.resetting = true;
+  if (state.active) {
+    ticket.ended = EndLocked(
+        state.active,
+        absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" was reset to ",
+                                        ticket.target.ToString(),
+                                        " (ResetConsumer); resubscribe to resume after it")));
+    state.active.reset();
+  }
+  return ticket;
+}
+
+void ConsumerRegistry::FinishReset(const std::string& consumer, EventId target,
+                                   SessionList* wake) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = consumers_.find(consumer); it != consumers_.end()) {
+    it->second.resetting = false;
+    it->second.checkpoint = std::max(it->second.checkpoint, target);
+  }
+  TrimLocked();
+  *wake = TakeWaitingLocked();
+}
+
+void ConsumerRegistry::AbandonReset(const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = consumers_.find(consumer); it != consumers_.end()) it->second.resetting = false;
+}
+
 void ConsumerRegistry::TrimLocked() {
   // With no consumer yet nothing is dropped: the slot does not advance without
   // one either, so the reader simply waits (backpressure) and the first consumer
@@ -280,12 +419,10 @@ absl::Status ConsumerRegistry::Append(BufferedEvent event) {
 
 SessionList ConsumerRegistry::TakeWaitingLocked() {
   SessionList waiting;
-  for (auto& [name, consumer] : consumers_) {
-    if (!consumer.active) continue;
-    SessionEntry& entry = sessions_.at(consumer.active.get());
-    if (entry.waiting) {
+  for (auto& [key, entry] : sessions_) {
+    if (entry.waiting && !entry.end) {
       entry.waiting = false;
-      waiting.push_back(consumer.active);
+      waiting.push_back(entry.session);
     }
   }
   return waiting;
@@ -296,19 +433,39 @@ SessionList ConsumerRegistry::TakeWaiting() {
   return TakeWaitingLocked();
 }
 
+uint64_t ConsumerRegistry::BytesBetweenLocked(EventId from,
+                                              std::optional<EventId> through) const {
+  uint64_t bytes = 0;
+  for (auto it = buffer_.After(from); it != buffer_.end() && (!through || it->id <= *through);
+       ++it) {
+    bytes += it->bytes;
+  }
+  return bytes;
+}
+
 RegistrySnapshot ConsumerRegistry::Snapshot() const {
   absl::MutexLock lock(&mu_);
   RegistrySnapshot snapshot;
   snapshot.buffered_events = buffer_.size();
   snapshot.buffered_bytes = buffer_.bytes();
+  for (const auto& [key, entry] : sessions_) {
+    if (entry.session->options().ephemeral && !entry.end) ++snapshot.ephemeral_sessions;
+  }
   for (const auto& [name, consumer] : consumers_) {
     ConsumerSnapshot c;
     c.name = name;
     c.checkpoint = consumer.checkpoint;
+    c.position = consumer.checkpoint != EventId{} ? consumer.checkpoint : consumer.session_start;
     if (consumer.active) {
       c.session_id = consumer.active->id();
       c.unacked_events = sessions_.at(consumer.active.get()).framer.unacked_events();
     }
+    // What it alone holds: after its checkpoint, up to the lowest other one.
+    std::optional<EventId> others;
+    for (const auto& [other_name, other] : consumers_) {
+      if (other_name != name) others = std::min(others.value_or(other.checkpoint), other.checkpoint);
+    }
+    c.held_bytes = BytesBetweenLocked(consumer.checkpoint, others);
     snapshot.consumers.push_back(std::move(c));
   }
   std::sort(snapshot.consumers.begin(), snapshot.consumers.end(),

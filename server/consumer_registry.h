@@ -9,11 +9,13 @@
 //   RemoveConsumer: BeginRemove ─► AwaitAcksLanded ─► durable delete by the
 //                   caller ─► FinishRemove
 //
-// Retention: an event stays buffered until every registered consumer has acked
-// it, so a consumer that reconnects (or a session taking over) always finds
-// everything after its checkpoint; before any consumer exists nothing is
-// dropped, so the first one gets everything from the stream's position. When
-// the buffer is full, HasRoom() is false and the reader stops reading.
+// Retention: an event stays buffered until every consumer with a checkpoint, or
+// with a session, has acked it, so a consumer that reconnects (or a session
+// taking over) always finds everything after its checkpoint; a consumer that
+// never acked holds nothing once its session ends. Before any consumer exists
+// nothing is dropped, so the first one gets everything from the stream's
+// position. When the buffer is full, HasRoom() is false and the reader stops
+// reading.
 //
 // Locks: mu_ is a leaf except for the AckTracker (registered consumers are added
 // and removed in it under mu_) and the progress frame's read of the reader's
@@ -57,13 +59,18 @@ struct OpenedSession {
 struct ConsumerSnapshot {
   std::string name;
   EventId checkpoint;
+  // Where the consumer stands: its checkpoint, or for one that never acked, where
+  // its session started; its commit LSN may be 0/0 (the stream's start).
+  EventId position;
   std::string session_id;  // "" when no session is active.
   uint64_t unacked_events = 0;
+  uint64_t held_bytes = 0;  // Buffered only because this consumer has not acked them.
 };
 
 struct RegistrySnapshot {
   size_t buffered_events = 0;
   size_t buffered_bytes = 0;
+  size_t ephemeral_sessions = 0;
   std::vector<ConsumerSnapshot> consumers;  // In name order.
 };
 
@@ -91,6 +98,7 @@ class ConsumerRegistry {
   void Load(replication::AckTracker* tracker,
             const absl::flat_hash_map<std::string, EventId>& checkpoints,
             EventId deliver_after) ABSL_LOCKS_EXCLUDED(mu_);
+  bool loaded() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Ends every active session with `why`. After Stop, Open and BeginRemove are
   // UNAVAILABLE; after Fail, every call returns `why`.
@@ -99,12 +107,17 @@ class ConsumerRegistry {
 
   // Subscribe. OUT_OF_RANGE for a start_after below the consumer's checkpoint or
   // below what the buffer still holds (starting later would skip events);
-  // ABORTED while the consumer is being removed.
+  // ABORTED while the consumer is being removed or reset. An ephemeral session
+  // (options.ephemeral) is no consumer: it starts at the newest event held (or
+  // after start_after) and registers nothing.
   absl::StatusOr<OpenedSession> Open(const std::string& consumer,
                                      std::optional<EventId> start_after,
                                      SessionOptions options) ABSL_LOCKS_EXCLUDED(mu_);
-  // The reactor is done with `session` (also after it was superseded).
-  void Close(const std::shared_ptr<Session>& session) ABSL_LOCKS_EXCLUDED(mu_);
+  // The reactor is done with `session` (also after it was superseded). A
+  // consumer that never acked is forgotten with its last session (it held the
+  // buffer and the slot only while connected): true then, and the reader may
+  // have room again.
+  bool Close(const std::shared_ptr<Session>& session) ABSL_LOCKS_EXCLUDED(mu_);
   // The session's next frame (SessionFramer::Next). False when there is nothing
   // to send now (the session is woken when there is); `*end` is set when the
   // session is over.
@@ -146,6 +159,25 @@ class ConsumerRegistry {
   // Step 3 when the delete failed: the consumer is kept.
   void AbandonRemove(const std::string& consumer) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // ResetConsumer, step 1: resolves the target (the last buffered event at or
+  // below `to`, or the newest buffered event when `to` is nullopt), marks the
+  // consumer busy (Subscribe as it is ABORTED meanwhile) and ends its session.
+  // NOT_FOUND unknown, ABORTED busy, FAILED_PRECONDITION below the checkpoint,
+  // OUT_OF_RANGE beyond the newest event held.
+  struct ResetTicket {
+    EventId previous;  // The checkpoint before.
+    EventId target;    // Where it moves (== previous: nothing to do).
+    std::shared_ptr<Session> ended;
+  };
+  absl::StatusOr<ResetTicket> BeginReset(const std::string& consumer, std::optional<EventId> to)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Step 2 (after AwaitAcksLanded and the durable write of `target`): the
+  // checkpoint moves, the buffer is trimmed. Fills `*wake`.
+  void FinishReset(const std::string& consumer, EventId target, SessionList* wake)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Step 2 when the write failed.
+  void AbandonReset(const std::string& consumer) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Reader side (never blocks).
   bool HasRoom() const ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Append(BufferedEvent event) ABSL_LOCKS_EXCLUDED(mu_);
@@ -161,6 +193,11 @@ class ConsumerRegistry {
     // RemoveConsumer is storing the removal: no session may start, but the
     // consumer still holds the buffer and the slot until the removal is durable.
     bool removing = false;
+    // ResetConsumer is storing a new checkpoint: no session may start.
+    bool resetting = false;
+    // Where its current session started (the position of a consumer that never
+    // acked, for status).
+    EventId session_start;
     // Acks between their checks and their durable write.
     int acks_in_flight = 0;
   };
@@ -176,6 +213,11 @@ class ConsumerRegistry {
                                      absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionList EndAllLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionList TakeWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why `consumer` cannot start a session now (being removed or reset), or OK.
+  absl::Status BusyLocked(const std::string& consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes of the buffered events after `from` up to and including `through`.
+  uint64_t BytesBetweenLocked(EventId from, std::optional<EventId> through) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops buffered events every registered consumer has acked.
   void TrimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

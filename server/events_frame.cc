@@ -30,18 +30,25 @@ uint8_t* WriteHeader(uint32_t tag, size_t size, uint8_t* out) {
 
 }  // namespace
 
-void ComposeEventsFrame(absl::Span<const std::string* const> events, std::string* frame) {
+void ComposeEventsFrame(absl::Span<const std::string* const> events, std::string* frame,
+                        absl::string_view passed) {
   const uint32_t event_tag = LengthDelimitedTag(walfeed::v1::EventBatch::kEventsFieldNumber);
+  const uint32_t passed_tag = LengthDelimitedTag(walfeed::v1::EventBatch::kPassedFieldNumber);
   const uint32_t batch_tag =
       LengthDelimitedTag(walfeed::v1::SubscribeResponse::kEventsFieldNumber);
   size_t batch_size = 0;
   for (const std::string* event : events) batch_size += FieldSize(event_tag, event->size());
+  if (!passed.empty()) batch_size += FieldSize(passed_tag, passed.size());
   frame->resize(FieldSize(batch_tag, batch_size));
   uint8_t* out = reinterpret_cast<uint8_t*>(frame->data());
   out = WriteHeader(batch_tag, batch_size, out);
   for (const std::string* event : events) {
     out = WriteHeader(event_tag, event->size(), out);
     out = CodedOutputStream::WriteRawToArray(event->data(), static_cast<int>(event->size()), out);
+  }
+  if (!passed.empty()) {
+    out = WriteHeader(passed_tag, passed.size(), out);
+    CodedOutputStream::WriteRawToArray(passed.data(), static_cast<int>(passed.size()), out);
   }
 }
 

@@ -1,7 +1,7 @@
 // EventsFrame: the wire bytes of a SubscribeResponse carrying an `events` batch,
 // composed from ChangeEvents that are already serialized.
 //
-// The server buffers each event serialized once (stream_runtime.h). Parsing it back
+// The server buffers each event serialized once (stream_buffer.h). Parsing it back
 // for every session only to have gRPC serialize it again cost more CPU than
 // converting it in the first place. Protobuf encodes a message-typed field as
 // (tag, length, bytes), and a repeated one as that per element, so a batch is the
@@ -12,13 +12,16 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace walfeed::server {
 
-// Replaces `*frame` with SubscribeResponse{events: EventBatch{events: [...]}} where
-// each element of `events` is a serialized walfeed.v1.ChangeEvent.
-void ComposeEventsFrame(absl::Span<const std::string* const> events, std::string* frame);
+// Replaces `*frame` with SubscribeResponse{events: EventBatch{events: [...],
+// passed}} where each element of `events` is a serialized walfeed.v1.ChangeEvent
+// (`passed` is left out when empty, as serializing leaves out an empty string).
+void ComposeEventsFrame(absl::Span<const std::string* const> events, std::string* frame,
+                        absl::string_view passed = {});
 
 }  // namespace walfeed::server
 

@@ -23,6 +23,12 @@ namespace walfeed::server {
 struct SessionOptions {
   EventFilter filter;
   SessionLimits limits;
+  // No durable state: starts at the newest event held, holds nothing, is not
+  // acked (no unacked window), ends OUT_OF_RANGE when it falls behind.
+  bool ephemeral = false;
+  // A new durable consumer starts after the newest event held instead of the
+  // oldest.
+  bool start_latest = false;
 };
 
 // The Subscribe reactor, as the stream layer sees it. May be called from any

@@ -42,6 +42,7 @@ bool SessionFramer::Next(const StreamBuffer& buffer, const Context& context, abs
   const replication::Lsn from = context.checkpoint.commit_lsn;
   progress->set_lag_bytes(from.valid() && server_end > from ? server_end.value() - from.value()
                                                             : 0);
+  progress->set_passed(IdText(cursor_));
   response.SerializeToString(frame);
   last_frame_ = now;
   return true;
@@ -52,6 +53,7 @@ bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame
   const SessionLimits& limits = options_.limits;
   std::vector<const std::string*> batch;  // Stable: the buffer is locked until composed.
   size_t bytes = 0;
+  EventId last;
   for (auto it = buffer.After(cursor_); it != buffer.end(); ++it) {
     if (!batch.empty() && (batch.size() >= limits.max_batch_events ||
                            bytes + it->bytes > limits.max_batch_bytes || !WindowOpen())) {
@@ -60,12 +62,16 @@ bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame
     cursor_ = it->id;
     if (!options_.filter.Matches(it->key)) continue;
     batch.push_back(&it->serialized);
+    last = it->id;
     bytes += it->bytes;
+    if (options_.ephemeral) continue;
     unacked_.emplace_back(it->id, it->bytes);
     unacked_bytes_ += it->bytes;
   }
   if (batch.empty()) return false;
-  ComposeEventsFrame(batch, frame);
+  // Events the filters left out after the last one sent: the client may ack past
+  // them (EventBatch.passed).
+  ComposeEventsFrame(batch, frame, cursor_ > last ? cursor_.ToString() : std::string());
   return true;
 }
 

@@ -62,9 +62,10 @@ class SessionFramer {
   uint64_t unacked_bytes() const { return unacked_bytes_; }
 
  private:
+  // An ephemeral session is never acked: gRPC's flow control paces it instead.
   bool WindowOpen() const {
-    return unacked_.size() < options_.limits.max_unacked_events &&
-           unacked_bytes_ < options_.limits.max_unacked_bytes;
+    return options_.ephemeral || (unacked_.size() < options_.limits.max_unacked_events &&
+                                  unacked_bytes_ < options_.limits.max_unacked_bytes);
   }
   bool ComposeEvents(const StreamBuffer& buffer, std::string* frame);
 

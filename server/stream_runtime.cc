@@ -36,6 +36,7 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
           StreamSupervisor::Hooks{
               [this](const replication::StartPlan& plan, replication::AckTracker* tracker) {
                 tracker_.store(tracker);
+                stream_start_.store(plan.start.value());
                 registry_.Load(tracker, plan.consumers, plan.deliver_after);
               },
               [this](const absl::Status& why) { WakeAll(registry_.Fail(why)); },
@@ -61,18 +62,32 @@ absl::StatusOr<OpenedSession> StreamRuntime::Open(const std::string& consumer,
   if (!opened.ok()) return opened;
   if (opened->superseded) {
     StreamLogger()->info("stream {}: consumer {} session {} superseded by {}", name(), consumer,
-                   opened->superseded->id(), opened->session->id());
+                         opened->superseded->id(), opened->session->id());
     opened->superseded->Wake();
   }
-  StreamLogger()->info("stream {}: consumer {} subscribed (session {}, checkpoint {}, delivering after {})",
-                 name(), consumer, opened->session->id(), IdOrNone(opened->checkpoint),
-                 IdOrNone(opened->start_after));
+  if (opened->session->options().ephemeral) {
+    StreamLogger()->info("stream {}: ephemeral session {}{} subscribed (delivering after {})",
+                         name(), opened->session->id(),
+                         consumer.empty() ? "" : absl::StrCat(" (", consumer, ")"),
+                         IdOrNone(opened->start_after));
+    return opened;
+  }
+  StreamLogger()->info(
+      "stream {}: consumer {} subscribed (session {}, checkpoint {}, delivering after {})",
+      name(), consumer, opened->session->id(), IdOrNone(opened->checkpoint),
+      IdOrNone(opened->start_after));
   return opened;
 }
 
 void StreamRuntime::Close(const std::shared_ptr<Session>& session) {
   session->Detach();
-  registry_.Close(session);
+  if (registry_.Close(session)) {
+    StreamLogger()->info("stream {}: consumer {} left without ever acking; it no longer holds "
+                         "the stream",
+                         name(), session->consumer());
+    WakeAll(registry_.TakeWaiting());
+    source_->Wake();  // The buffer may have room again.
+  }
 }
 
 bool StreamRuntime::NextFrame(const Session& session, std::string* frame,
@@ -131,6 +146,37 @@ absl::StatusOr<EventId> StreamRuntime::RemoveConsumer(const std::string& consume
   return checkpoint;
 }
 
+absl::StatusOr<StreamRuntime::ResetOutcome> StreamRuntime::ResetConsumer(
+    const std::string& consumer, std::optional<EventId> to) {
+  absl::StatusOr<ConsumerRegistry::ResetTicket> ticket = registry_.BeginReset(consumer, to);
+  if (!ticket.ok()) return ticket.status();
+  if (ticket->ended) ticket->ended->Wake();
+  // An ack that passed its checks before the session ended lands first; the
+  // target never goes below what it stored (acks are cumulative).
+  const EventId landed = registry_.AwaitAcksLanded(consumer);
+  const EventId target = std::max(ticket->target, landed);
+  if (target > landed) {
+    absl::Status durable = source_->committer()->AckDurably(name(), consumer, target);
+    if (!durable.ok()) {
+      registry_.AbandonReset(consumer);
+      return absl::UnavailableError(absl::StrCat("could not store the reset of consumer \"",
+                                                 consumer, "\": ", durable.message(),
+                                                 "; its checkpoint is unchanged, retry"));
+    }
+    if (absl::Status tracked = tracker_.load()->Ack(consumer, target); !tracked.ok()) {
+      StreamLogger()->warn("stream {}: consumer {}: reset to {} stored but not tracked: {}",
+                           name(), consumer, target.ToString(), tracked.ToString());
+    }
+  }
+  SessionList wake;
+  registry_.FinishReset(consumer, target, &wake);
+  WakeAll(wake);
+  source_->Wake();  // The buffer may have room again.
+  StreamLogger()->info("stream {}: consumer {} reset from {} to {}", name(), consumer,
+                       IdOrNone(ticket->previous), IdOrNone(target));
+  return ResetOutcome{ticket->previous, target};
+}
+
 void StreamRuntime::Tick() { WakeAll(registry_.DueForProgress(absl::Now())); }
 
 bool StreamRuntime::HasRoom() { return registry_.HasRoom(); }
@@ -176,8 +222,10 @@ RuntimeSnapshot StreamRuntime::Snapshot() const {
   snapshot.server_wal_end = stats.server_wal_end;
   snapshot.confirmed = stats.confirmed_sent;
   RegistrySnapshot registry = registry_.Snapshot();
+  snapshot.stream_start = Lsn(stream_start_.load());
   snapshot.buffered_events = registry.buffered_events;
   snapshot.buffered_bytes = registry.buffered_bytes;
+  snapshot.ephemeral_sessions = registry.ephemeral_sessions;
   snapshot.consumers = std::move(registry.consumers);
   return snapshot;
 }

@@ -17,6 +17,9 @@
 //           ─► wake sessions and the reader
 //   Remove: registry marks + ends the session ─► waits for its acks in flight
 //           ─► durable delete ─► registry forgets it (buffer, tracker) ─► wake
+//   Reset:  registry resolves the target + ends the session ─► waits for its
+//           acks in flight ─► durable ack of the target ─► AckTracker ─►
+//           registry (checkpoint, trim) ─► wake
 // Durable before visible, in both: a crash in between never leaves a checkpoint
 // the slot has moved past.
 #ifndef WALFEED_SERVER_STREAM_RUNTIME_H_
@@ -64,8 +67,10 @@ struct RuntimeSnapshot {
   std::string error;
   Lsn server_wal_end;  // Newest position heard from the walsender.
   Lsn confirmed;       // Last flush position sent.
+  Lsn stream_start;    // Where the stream started streaming in this process.
   size_t buffered_events = 0;
   size_t buffered_bytes = 0;
+  size_t ephemeral_sessions = 0;
   std::vector<ConsumerSnapshot> consumers;  // In name order.
 };
 
@@ -107,6 +112,17 @@ class StreamRuntime : public replication::StreamSink {
   // yet, stopping, or the delete could not be stored (the consumer is kept).
   absl::StatusOr<EventId> RemoveConsumer(const std::string& consumer);
 
+  // Moves `consumer`'s checkpoint forward (ResetConsumer): to the last event at
+  // or below `to`, or to the newest event held when `to` is nullopt. Stored
+  // durably before it takes effect; the consumer's session ends with ABORTED.
+  // Errors: ConsumerRegistry::BeginReset's, UNAVAILABLE when the write failed.
+  struct ResetOutcome {
+    EventId previous;
+    EventId checkpoint;
+  };
+  absl::StatusOr<ResetOutcome> ResetConsumer(const std::string& consumer,
+                                             std::optional<EventId> to);
+
   RuntimeSnapshot Snapshot() const;
   // The slot as PostgreSQL reports it now (blocking).
   absl::StatusOr<replication::SlotReport> ReadSlot();
@@ -131,6 +147,7 @@ class StreamRuntime : public replication::StreamSink {
   // Set once the stream is prepared, before the registry is loaded (so any call
   // the registry lets through sees it); owned by the supervisor.
   std::atomic<replication::AckTracker*> tracker_{nullptr};
+  std::atomic<uint64_t> stream_start_{0};  // The plan's start LSN, for status.
   ConsumerRegistry registry_;
   StreamSupervisor supervisor_;
 };

@@ -161,6 +161,7 @@ std::string MainUsage() {
       "  tail     print a stream's change events (one JSON object per line)\n"
       "  status   show streams, slots and consumers\n"
       "  remove-consumer  forget a consumer that is gone for good\n"
+      "  reset-consumer   move a consumer's checkpoint forward (skip events)\n"
       "  help     this help; `walfeed <command> --help` for a command's flags\n"
       "  version  print the version\n"
       "\n",
@@ -169,20 +170,30 @@ std::string MainUsage() {
 
 std::string TailUsage() {
   return absl::StrCat(
-      "usage: walfeed tail --stream S --consumer C [flags]\n"
+      "usage: walfeed tail --stream S [--consumer C] [flags]\n"
       "\n"
-      "Subscribes as durable consumer C and prints every event, one per line, as it\n"
-      "arrives; reconnects and resumes after the consumer's checkpoint when the\n"
-      "server restarts. Without --ack nothing is acknowledged: the consumer's\n"
-      "checkpoint stays and the events come again next time. A consumer has one\n"
+      "Prints a stream's events, one per line, as they arrive.\n"
+      "\n"
+      "Without --consumer the tail is ephemeral: it starts at the newest event the\n"
+      "server holds (or after --start-after), keeps no checkpoint, never holds the\n"
+      "stream back for anyone, and ends (exit 1) if it falls behind what the server\n"
+      "still holds. Reconnects resume after the last event printed.\n"
+      "\n"
+      "With --consumer C it subscribes as durable consumer C: it resumes after C's\n"
+      "checkpoint when the server restarts. Without --ack nothing is acknowledged:\n"
+      "the checkpoint stays and the events come again next time (and a consumer\n"
+      "that never acked holds nothing once it disconnects). A consumer has one\n"
       "session at a time, so tailing takes the consumer over from whoever has it:\n"
       "use a consumer name of your own.\n"
       "\n"
       "  --stream S             the stream (required)\n"
-      "  --consumer C           the durable consumer name (required; 1-63 of A-Za-z0-9_.-)\n"
+      "  --consumer C           a durable consumer name (1-63 of A-Za-z0-9_.-)\n"
+      "  --start earliest|latest  where a consumer new to the server starts: the oldest\n"
+      "                         event held (default) or after the newest\n"
       "  --tables LIST          only these schema.table globs, comma-separated (a.b,c.*)\n"
       "  --ops LIST             only these operations: insert,update,delete,truncate,message\n"
-      "  --ack                  ack each event once it is printed (and flushed)\n"
+      "  --ack                  ack each event once it is printed (and flushed), and what\n"
+      "                         --tables/--ops left out (needs --consumer)\n"
       "  --count N              exit after printing N events\n"
       "  --until ID             exit after the first event at or beyond ID (printed if\n"
       "                         it is ID itself)\n"
@@ -238,7 +249,30 @@ std::string RemoveConsumerUsage() {
       kCommonHelp, "\n", kExitHelp);
 }
 
+std::string ResetConsumerUsage() {
+  return absl::StrCat(
+      "usage: walfeed reset-consumer --stream S --consumer C (--to ID | --to-head) --yes\n"
+      "       [flags]\n"
+      "\n"
+      "Moves consumer C's checkpoint forward: to the last event at or below ID, or to\n"
+      "the newest event the server holds. The events in between are never delivered\n"
+      "to C (for example an event its handler cannot process). The new checkpoint is\n"
+      "stored first; C's session then ends and it resumes after the new checkpoint.\n"
+      "Checkpoints only move forward. Needs a token with the admin right when the\n"
+      "server checks tokens. Prints the checkpoint before and after.\n"
+      "\n"
+      "  --stream S             the stream (required)\n"
+      "  --consumer C           the consumer (required)\n"
+      "  --to ID                the event id to move to (X/Y:N)\n"
+      "  --to-head              instead: the newest event the server holds\n"
+      "  --yes                  required: confirms that C skips the events in between\n"
+      "  --timeout SECONDS      how long to wait for the server (default 30)\n"
+      "\n",
+      kCommonHelp, "\n", kExitHelp);
+}
+
 std::string UsageFor(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "reset-consumer") return ResetConsumerUsage();
   if (!args.empty() && args[0] == "tail") return TailUsage();
   if (!args.empty() && args[0] == "status") return StatusUsage();
   if (!args.empty() && args[0] == "remove-consumer") return RemoveConsumerUsage();
@@ -278,6 +312,16 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
       return absl::OkStatus();
     };
     flags.switches["--ack"] = [&tail] { tail.ack = true; };
+    flags.with_value["--start"] = [&tail](const std::string& v) {
+      if (v == "earliest") {
+        tail.start = walfeed::v1::START_POSITION_EARLIEST;
+      } else if (v == "latest") {
+        tail.start = walfeed::v1::START_POSITION_LATEST;
+      } else {
+        return Usage(absl::StrCat("--start must be earliest or latest, got \"", v, "\""));
+      }
+      return absl::OkStatus();
+    };
     flags.with_value["--count"] = [&tail](const std::string& v) {
       if (!absl::SimpleAtoi(v, &tail.count) || tail.count == 0) {
         return Usage(absl::StrCat("--count needs a positive integer, got \"", v, "\""));
@@ -320,7 +364,13 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
       return invocation;
     }
     if (tail.stream.empty()) return Usage("--stream is required");
-    if (tail.consumer.empty()) return Usage("--consumer is required");
+    if (tail.consumer.empty() && tail.ack) {
+      return Usage("--ack needs --consumer: an ephemeral tail keeps no checkpoint to ack");
+    }
+    if (tail.consumer.empty() && tail.start != walfeed::v1::START_POSITION_UNSPECIFIED) {
+      return Usage("--start needs --consumer: an ephemeral tail always starts at the newest "
+                   "event (or after --start-after)");
+    }
     invocation.command = Command::kTail;
     return invocation;
   }
@@ -368,6 +418,38 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
                                 "pass --yes to confirm"));
     }
     invocation.command = Command::kRemoveConsumer;
+    return invocation;
+  }
+  if (command == "reset-consumer") {
+    ResetConsumerFlags& reset = invocation.reset_consumer;
+    FlagSet flags;
+    AddCommon(&reset.common, &flags);
+    flags.with_value["--stream"] = Text(&reset.stream);
+    flags.with_value["--consumer"] = Text(&reset.consumer);
+    flags.with_value["--to"] = [&reset](const std::string& v) {
+      absl::StatusOr<EventId> id = EventId::Parse(v);
+      if (!id.ok()) return Usage(absl::StrCat("--to: ", id.status().message()));
+      reset.to = v;
+      return absl::OkStatus();
+    };
+    flags.switches["--to-head"] = [&reset] { reset.to_head = true; };
+    flags.with_value["--timeout"] = Timeout(&reset.timeout);
+    flags.switches["--yes"] = [&reset] { reset.yes = true; };
+    if (absl::Status parsed = ParseFlags(args, 1, flags, &help); !parsed.ok()) return parsed;
+    if (help) {
+      invocation.command = Command::kHelp;
+      invocation.help = ResetConsumerUsage();
+      return invocation;
+    }
+    if (reset.stream.empty()) return Usage("--stream is required");
+    if (reset.consumer.empty()) return Usage("--consumer is required");
+    if (reset.to.empty() == !reset.to_head) return Usage("give exactly one of --to ID and --to-head");
+    if (!reset.yes) {
+      return Usage(absl::StrCat("resetting consumer \"", reset.consumer,
+                                "\" skips every event up to the new checkpoint for it; pass "
+                                "--yes to confirm"));
+    }
+    invocation.command = Command::kResetConsumer;
     return invocation;
   }
   return Usage(absl::StrCat("unknown command \"", command, "\""));

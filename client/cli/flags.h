@@ -56,6 +56,7 @@ struct TailFlags {
   uint64_t count = 0;  // 0: no limit.
   std::optional<EventId> until;
   std::string start_after;
+  walfeed::v1::StartPosition start = walfeed::v1::START_POSITION_UNSPECIFIED;
   Format format = Format::kJson;
   absl::Duration timeout = absl::InfiniteDuration();
   uint32_t batch = 0;
@@ -76,7 +77,17 @@ struct RemoveConsumerFlags {
   absl::Duration timeout = absl::Seconds(30);
 };
 
-enum class Command { kHelp, kVersion, kTail, kStatus, kRemoveConsumer };
+struct ResetConsumerFlags {
+  CommonFlags common;
+  std::string stream;
+  std::string consumer;
+  std::string to;  // An event id, or "" with to_head.
+  bool to_head = false;
+  bool yes = false;
+  absl::Duration timeout = absl::Seconds(30);
+};
+
+enum class Command { kHelp, kVersion, kTail, kStatus, kRemoveConsumer, kResetConsumer };
 
 struct Invocation {
   Command command = Command::kHelp;
@@ -84,6 +95,7 @@ struct Invocation {
   TailFlags tail;
   StatusFlags status;
   RemoveConsumerFlags remove_consumer;
+  ResetConsumerFlags reset_consumer;
 };
 
 // A usage error: InvalidArgument whose message says what is wrong; UsageFor
@@ -95,6 +107,7 @@ std::string MainUsage();
 std::string TailUsage();
 std::string StatusUsage();
 std::string RemoveConsumerUsage();
+std::string ResetConsumerUsage();
 // The usage text for the command named first in `args` (MainUsage if none).
 std::string UsageFor(const std::vector<std::string>& args);
 

@@ -1,7 +1,8 @@
 // walfeed: the command-line client. `walfeed tail` prints a stream's events (one
 // JSON object or text line each) through walfeed::Subscriber, so it reconnects
 // and resumes like any consumer; `walfeed status` prints GetStatus as tables or
-// JSON; `walfeed remove-consumer` calls RemoveConsumer.
+// JSON; `walfeed remove-consumer` calls RemoveConsumer; `walfeed reset-consumer`
+// calls ResetConsumer.
 // Flags, output formats and exit codes: client/cli/flags.h, client/cli/format.h,
 // `walfeed --help`.
 #include <grpcpp/grpcpp.h>
@@ -121,10 +122,21 @@ int Tail(const TailFlags& flags, bool* reached) {
   options.tables = flags.tables;
   options.operations = flags.operations;
   options.start_after = flags.start_after;
+  options.ephemeral = flags.consumer.empty();
+  options.start = flags.start;
   options.max_batch_events = flags.batch;
-  // Acks name exactly the last event printed, so the tool acks by hand.
+  // Acks name exactly the last event printed, so the tool acks by hand; with
+  // --ack, what the filters left out is acked too (Progress.passed).
   options.ack = AckPolicy::Manual();
+  options.ack_passed_when_manual = flags.ack;
   options.on_started = [&flags](const SessionInfo& session) {
+    if (flags.consumer.empty()) {
+      std::cerr << "subscribed to " << flags.stream << " (ephemeral: no checkpoint; session "
+                << session.session_id << ", after "
+                << (session.start_after.empty() ? "the stream's start" : session.start_after)
+                << ")" << std::endl;
+      return;
+    }
     std::cerr << "subscribed to " << flags.stream << " as " << flags.consumer << " (session "
               << session.session_id << ", checkpoint "
               << (session.checkpoint.empty() ? "none" : session.checkpoint) << ")" << std::endl;
@@ -259,6 +271,26 @@ int RemoveConsumer(const RemoveConsumerFlags& flags) {
   return kExitOk;
 }
 
+int ResetConsumer(const ResetConsumerFlags& flags) {
+  UnaryCall call;
+  if (absl::Status prepared = PrepareCall(flags.common, flags.timeout, &call); !prepared.ok()) {
+    return Fail(prepared);
+  }
+  walfeed::v1::ResetConsumerRequest request;
+  request.set_stream(flags.stream);
+  request.set_consumer(flags.consumer);
+  request.set_to(flags.to);
+  request.set_to_head(flags.to_head);
+  walfeed::v1::ResetConsumerResponse response;
+  const grpc::Status status = call.stub->ResetConsumer(&call.context, request, &response);
+  if (!status.ok()) return Fail(CallError(status, "ResetConsumer", flags.common.server));
+  std::cout << "reset consumer " << flags.consumer << " of stream " << flags.stream << " from "
+            << (response.previous_checkpoint().empty() ? "none" : response.previous_checkpoint())
+            << " to " << (response.checkpoint().empty() ? "none" : response.checkpoint())
+            << std::endl;
+  return kExitOk;
+}
+
 int Main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<Invocation> invocation = ParseCommandLine(args);
@@ -282,6 +314,8 @@ int Main(int argc, char** argv) {
       return Status(invocation->status);
     case Command::kRemoveConsumer:
       return RemoveConsumer(invocation->remove_consumer);
+    case Command::kResetConsumer:
+      return ResetConsumer(invocation->reset_consumer);
   }
   return kExitUsage;
 }

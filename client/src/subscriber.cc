@@ -146,7 +146,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const SubscriberOptio
 
 absl::Status Validate(const SubscriberOptions& options) {
   if (options.stream.empty()) return absl::InvalidArgumentError("options.stream is empty");
-  if (options.consumer.empty()) return absl::InvalidArgumentError("options.consumer is empty");
+  if (options.consumer.empty() && !options.ephemeral) {
+    return absl::InvalidArgumentError("options.consumer is empty (only an ephemeral "
+                                      "subscription may go without a consumer name)");
+  }
   if (!options.start_after.empty()) {
     absl::StatusOr<EventId> id = EventId::Parse(options.start_after);
     if (!id.ok()) {
@@ -248,6 +251,10 @@ class Session {
   // Sends the ack the policy, `flush` or an Ack() request calls for; false ends
   // the session with end_ (or starts draining after ABORTED).
   bool MaybeAck(bool flush, const std::optional<EventId>& request);
+  // The server passed `passed` (EventBatch.passed / Progress.passed): every event
+  // up to it was delivered or filtered out, so it is ackable once handled.
+  template <typename ProtocolError>
+  bool Pass(absl::string_view passed, const ProtocolError& protocol_error);
   bool SendAck(const EventId& id);
   // When an interval ack falls due.
   absl::Time AckDeadline() const;
@@ -264,7 +271,8 @@ class Session {
   std::string session_id_;
   bool started_ = false;
   std::optional<EventId> delivered_;  // Newest id handed to the handler in this session.
-  std::optional<EventId> handled_;    // Newest id the handler returned OK for.
+  std::optional<EventId> handled_;    // Newest id the handler returned OK for (or passed).
+  std::optional<EventId> last_event_;  // Newest event id (not a passed position) delivered.
   uint64_t unacked_events_ = 0;       // Handled since the last ack.
   absl::Time first_unacked_ = absl::InfiniteFuture();
   // After an Ack failed with ABORTED: frames are dropped until the stream's own
@@ -291,6 +299,8 @@ SessionEnd Session::Run(const std::string& start_after) {
   request.set_stream(options_.stream);
   request.set_consumer(options_.consumer);
   request.set_start_after(start_after);
+  request.set_ephemeral(options_.ephemeral);
+  request.set_start(options_.start);
   for (const std::string& table : options_.tables) request.add_tables(table);
   for (walfeed::v1::Operation op : options_.operations) request.add_operations(op);
   request.set_max_batch_events(options_.max_batch_events);
@@ -452,8 +462,15 @@ bool Session::Process(SubscribeResponse& frame) {
     return true;
   }
   if (!started_) return protocol_error("a frame before `started`");
-  if (!frame.has_events()) return true;  // Progress (acks below), or a frame kind added later.
+  if (frame.has_progress()) {
+    // Everything delivered is handled by now (batches are handled as they come),
+    // so the position the server passed (events our filters left out) is ours to
+    // ack: a filtered consumer keeps its checkpoint moving.
+    return Pass(frame.progress().passed(), protocol_error);
+  }
+  if (!frame.has_events()) return true;  // A frame kind added later.
 
+  const std::string passed = frame.events().passed();
   absl::StatusOr<Batch> batch = Batch::Create(std::move(*frame.mutable_events()), session_id_);
   if (!batch.ok()) return protocol_error(batch.status().message());
   if (delivered_ && batch->first_id() <= *delivered_) {
@@ -483,13 +500,28 @@ bool Session::Process(SubscribeResponse& frame) {
     return false;
   }
   handled_ = batch->last_id();
+  last_event_ = batch->last_id();
   unacked_events_ += static_cast<uint64_t>(batch->size());
   if (first_unacked_ == absl::InfiniteFuture()) first_unacked_ = absl::Now();
+  return Pass(passed, protocol_error);
+}
+
+template <typename ProtocolError>
+bool Session::Pass(absl::string_view passed, const ProtocolError& protocol_error) {
+  if (passed.empty()) return true;
+  absl::StatusOr<EventId> id = EventId::Parse(passed);
+  if (!id.ok()) return protocol_error(absl::StrCat("passed: ", id.status().message()));
+  if (delivered_ && *id < *delivered_) {
+    return protocol_error(
+        absl::StrCat("passed ", passed, " is below ", delivered_->ToString(), " delivered"));
+  }
+  delivered_ = *id;
+  handled_ = *id;
   return true;
 }
 
 bool Session::MaybeAck(bool flush, const std::optional<EventId>& request) {
-  if (!started_) return true;
+  if (!started_ || options_.ephemeral) return true;  // An ephemeral session is never acked.
   auto beyond_acked = [&](const EventId& id) { return !*acked_ || **acked_ < id; };
   if (handled_ && !beyond_acked(*handled_)) {
     // Redelivered after a reconnect and acked before: nothing is pending.
@@ -505,10 +537,20 @@ bool Session::MaybeAck(bool flush, const std::optional<EventId>& request) {
     if (flush || by_count || by_time) target = handled_;
   }
   // An Ack() request: only as far as this session delivered (the server refuses
-  // an id it has not passed to this session).
+  // an id it has not passed to this session). A request that covers the last
+  // event delivered covers what the server passed after it too (events our
+  // filters left out), so a manually acking consumer never holds the stream.
   if (request && delivered_) {
-    const EventId requested = std::min(*request, *delivered_);
+    const bool covers_all = last_event_ && *last_event_ <= *request;
+    const EventId requested = covers_all ? *delivered_ : std::min(*request, *delivered_);
     if (beyond_acked(requested) && (!target || *target < requested)) target = requested;
+  }
+  // Manual, if asked: what the server passed beyond the last event, once the
+  // application acked every event delivered.
+  if (options_.ack.manual() && options_.ack_passed_when_manual && flush && delivered_ &&
+      beyond_acked(*delivered_) && (!last_event_ || !beyond_acked(*last_event_)) &&
+      (!target || *target < *delivered_)) {
+    target = delivered_;
   }
   if (!target) return true;
   return SendAck(*target);
@@ -657,7 +699,15 @@ absl::Status Subscriber::Run(const Handler& handler) {
     // The requested start holds until the durable checkpoint reaches it; after
     // that the server's checkpoint is the right place to resume.
     std::string from;
-    if (start_after) {
+    if (options_.ephemeral) {
+      // No checkpoint: resume right after the last event received, if any.
+      absl::MutexLock lock(&core_->mu);
+      if (core_->handed) {
+        from = core_->handed->ToString();
+      } else if (start_after) {
+        from = start_after->ToString();
+      }
+    } else if (start_after) {
       absl::StatusOr<EventId> checkpoint = EventId::Parse(this->checkpoint());
       if (!checkpoint.ok() || *checkpoint < *start_after) from = start_after->ToString();
     }

@@ -86,7 +86,9 @@ func consume(client walfeedv1.ChangeStreamClient, stream, consumer string, ackEv
 	if err != nil {
 		return err
 	}
-	var session, lastWritten string
+	// ackTo: the newest id this process may ack (the last event written, or a
+	// position the server passed: events our filters left out); acked: the last one acked.
+	var session, ackTo, acked string
 	pending := 0
 	for {
 		resp, err := sub.Recv()
@@ -112,16 +114,25 @@ func consume(client walfeedv1.ChangeStreamClient, stream, consumer string, ackEv
 			if err := out.Sync(); err != nil { // Durable first ...
 				log.Fatalf("walfeed consumer: %v", err)
 			}
-			lastWritten = batch.GetEvents()[len(batch.GetEvents())-1].GetId()
+			ackTo = batch.GetEvents()[len(batch.GetEvents())-1].GetId()
+			if batch.GetPassed() != "" {
+				ackTo = batch.GetPassed()
+			}
+			pending++
+		} else if p := resp.GetProgress(); p != nil && p.GetPassed() != "" && p.GetPassed() != acked {
+			// Idle, and everything written: what the server passed since (events a
+			// filter left out) is ackable too, so the checkpoint keeps up.
+			ackTo = p.GetPassed()
 			pending++
 		}
 		// ... then ack, cumulatively: every --ack-every batches, and when idle.
 		if pending > 0 && (pending >= ackEvery || resp.GetProgress() != nil) {
 			if _, err := client.Ack(ctx, &walfeedv1.AckRequest{Stream: stream, Consumer: consumer,
-				SessionId: session, EventId: lastWritten}); err != nil {
+				SessionId: session, EventId: ackTo}); err != nil {
 				return err
 			}
-			log.Printf("acked %s", lastWritten)
+			log.Printf("acked %s", ackTo)
+			acked = ackTo
 			pending = 0
 		}
 	}

@@ -53,7 +53,10 @@ async function consume(client, args, fd, onStarted) {
   const call = client.Subscribe({ stream: args.stream, consumer: args.consumer },
     new grpc.Metadata({ waitForReady: true }));
   let session = '';
-  let lastWritten = '';
+  // ackTo: the newest id this process may ack (the last event written, or a
+  // position the server passed: events our filters left out); acked: the last one acked.
+  let ackTo = '';
+  let acked = '';
   let pending = 0;
   try {
     for await (const response of call) {
@@ -67,14 +70,21 @@ async function consume(client, args, fd, onStarted) {
         const events = response.events.events;
         fs.writeSync(fd, events.map((e) => `${e.id}\t${canonical(e)}\n`).join(''));
         fs.fsyncSync(fd); // Durable first ...
-        lastWritten = events[events.length - 1].id;
+        ackTo = response.events.passed || events[events.length - 1].id;
+        pending += 1;
+      } else if (response.frame === 'progress' && response.progress.passed &&
+                 response.progress.passed !== acked) {
+        // Idle, and everything written: what the server passed since (events a
+        // filter left out) is ackable too, so the checkpoint keeps up.
+        ackTo = response.progress.passed;
         pending += 1;
       }
       // ... then ack, cumulatively: every --ack-every batches, and when idle.
       if (pending && (pending >= args.ackEvery || response.frame === 'progress')) {
         await ack({ stream: args.stream, consumer: args.consumer, session_id: session,
-          event_id: lastWritten });
-        console.error(`acked ${lastWritten}`);
+          event_id: ackTo });
+        console.error(`acked ${ackTo}`);
+        acked = ackTo;
         pending = 0;
       }
     }

@@ -56,7 +56,9 @@ def consume(stub, args, out, on_started):
     # channel to reconnect instead of failing at once.
     call = stub.Subscribe(pb.SubscribeRequest(stream=args.stream, consumer=args.consumer),
                           wait_for_ready=True)
-    session, last_written, pending = None, None, 0
+    # ack_to: the newest id this process may ack (the last event written, or a
+    # position the server passed: events our filters left out); acked: the last one acked.
+    session, ack_to, acked, pending = None, None, None, 0
     try:
         for response in call:
             frame = response.WhichOneof("frame")
@@ -71,14 +73,19 @@ def consume(stub, args, out, on_started):
                     out.write(f"{event.id}\t{canonical(event)}\n")
                 out.flush()
                 os.fsync(out.fileno())  # Durable first ...
-                last_written = response.events.events[-1].id
+                ack_to = response.events.passed or response.events.events[-1].id
+                pending += 1
+            elif frame == "progress" and response.progress.passed not in ("", acked):
+                # Idle, and everything written: what the server passed since (events a
+                # filter left out) is ackable too, so the checkpoint keeps up.
+                ack_to = response.progress.passed
                 pending += 1
             # ... then ack, cumulatively: every --ack-every batches, and when idle.
             if pending and (pending >= args.ack_every or frame == "progress"):
                 stub.Ack(pb.AckRequest(stream=args.stream, consumer=args.consumer,
-                                       session_id=session, event_id=last_written))
-                print(f"acked {last_written}", file=sys.stderr, flush=True)
-                pending = 0
+                                       session_id=session, event_id=ack_to))
+                print(f"acked {ack_to}", file=sys.stderr, flush=True)
+                acked, pending = ack_to, 0
     finally:
         call.cancel()  # Ends the subscription if an Ack failed; harmless otherwise.
 

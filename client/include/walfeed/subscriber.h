@@ -106,7 +106,8 @@ struct AckPolicy {
 // Automatic policies also ack everything handled when the server reports the
 // stream idle (a `progress` frame), before Run returns after Stop(), and before
 // Run returns a handler's error, so a quiet stream never leaves handled events
-// unacked and an unacked window can never stall with handled events in it.
+// unacked and an unacked window can never stall with handled events in it. They
+// ack positions the server passed (events the filters left out) the same way.
 
 struct TlsOptions {
   // Off: plaintext (loopback and tests only). On: TLS, with the server verified
@@ -165,6 +166,16 @@ struct SubscriberOptions {
   // position, e.g. PgWatermark::Resume). Reconnects keep using it until the
   // checkpoint reaches it, then resume from the checkpoint.
   std::string start_after;
+  // An ephemeral subscription (SubscribeRequest.ephemeral): no durable state on
+  // the server, `consumer` optional. It starts at the newest event the server
+  // holds (or after start_after), is never acked (`ack` is ignored), holds
+  // nothing back, and resumes after the last event it received when it
+  // reconnects; Run ends with OUT_OF_RANGE if the server no longer holds what
+  // follows (it fell behind the durable consumers).
+  bool ephemeral = false;
+  // Where a durable consumer the server does not know yet starts: the oldest
+  // event held (EARLIEST, the default) or after the newest (LATEST).
+  walfeed::v1::StartPosition start = walfeed::v1::START_POSITION_UNSPECIFIED;
   // Only tables matching these "schema.table" globs (* and ?); empty: all.
   std::vector<std::string> tables;
   // Only these operations; empty: all.
@@ -184,6 +195,11 @@ struct SubscriberOptions {
   std::string bearer_token;
 
   AckPolicy ack = AckPolicy::EveryEvents(1);
+  // With AckPolicy::Manual: also ack, on its own, positions the server passed
+  // (events the subscription's filters left out, EventBatch.passed and
+  // Progress.passed) once every event delivered is acked. Automatic policies
+  // always do, so a filtered consumer never holds the stream back.
+  bool ack_passed_when_manual = false;
   // How long one Ack call may take (it returns once the checkpoint is durable).
   absl::Duration ack_timeout = absl::Seconds(30);
   BackoffOptions backoff;
