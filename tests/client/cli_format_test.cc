@@ -314,7 +314,9 @@ TEST(FlagsTest, RefusesBadUsageWithAReason) {
       {{}, "no command"},
       {{"frobnicate"}, "unknown command"},
       {{"tail", "--consumer", "c"}, "--stream is required"},
-      {{"tail", "--stream", "s"}, "--consumer is required"},
+      {{"tail", "--stream", "s", "--ack"}, "--ack needs --consumer"},
+      {{"tail", "--stream", "s", "--start", "latest"}, "--start needs --consumer"},
+      {{"tail", "--stream", "s", "--consumer", "c", "--start", "now"}, "earliest or latest"},
       {{"tail", "--stream", "s", "--consumer", "c", "--ops", "upsert"}, "unknown operation"},
       {{"tail", "--stream", "s", "--consumer", "c", "--count", "0"}, "--count"},
       {{"tail", "--stream", "s", "--consumer", "c", "--until", "nope"}, "invalid event id"},
@@ -326,6 +328,14 @@ TEST(FlagsTest, RefusesBadUsageWithAReason) {
       {{"remove-consumer", "--consumer", "c", "--yes"}, "--stream is required"},
       {{"remove-consumer", "--stream", "s", "--yes"}, "--consumer is required"},
       {{"remove-consumer", "--stream", "s", "--consumer", "c"}, "pass --yes to confirm"},
+      {{"reset-consumer", "--stream", "s", "--consumer", "c", "--to-head"}, "pass --yes"},
+      {{"reset-consumer", "--stream", "s", "--consumer", "c", "--yes"}, "exactly one of"},
+      {{"reset-consumer", "--stream", "s", "--consumer", "c", "--to", "0/1:0", "--to-head",
+        "--yes"},
+       "exactly one of"},
+      {{"reset-consumer", "--stream", "s", "--consumer", "c", "--to", "x", "--yes"},
+       "invalid event id"},
+      {{"reset-consumer", "--consumer", "c", "--to-head", "--yes"}, "--stream is required"},
   };
   for (const auto& [args, why] : cases) {
     EXPECT_THAT(ParseCommandLine(args), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(why)))
@@ -340,6 +350,7 @@ TEST(FlagsTest, HelpEverywhere) {
                                              {"tail", "--help"},
                                              {"status", "--help"},
                                              {"remove-consumer", "--help"},
+                                             {"reset-consumer", "--help"},
                                              {"help", "remove-consumer"},
                                              {"help", "tail"},
                                              {"tail", "--stream", "s", "-h"}}) {

@@ -68,6 +68,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::walfeed::testing::IsOk;
 using ::walfeed::testing::PgCluster;
 using ::walfeed::testing::StatusIs;
@@ -797,9 +798,52 @@ TEST_F(ClientE2eTest, StatusShowsTheSlotAndConsumersAndExitCodesAreDocumented) {
                      "unknown_tail");
   EXPECT_EQ(unknown_tail.WaitForExit(), 4) << unknown_tail.err();
   EXPECT_THAT(unknown_tail.err(), HasSubstr("nope"));
-  Child usage({"tail", "--stream", kStream}, dir_, "usage");
+  Child usage({"tail", "--stream", kStream, "--ack"}, dir_, "usage");
   EXPECT_EQ(usage.WaitForExit(), 2);
-  EXPECT_THAT(usage.err(), HasSubstr("--consumer is required"));
+  EXPECT_THAT(usage.err(), HasSubstr("--ack needs --consumer"));
+}
+
+TEST_F(ClientE2eTest, TailWithoutAConsumerIsEphemeralAndResetConsumerSkipsEvents) {
+  // A durable consumer receives two rows and acks the first.
+  SubscriberOptions options = Options("stuck");
+  options.ack = AckPolicy::Manual();
+  Running running(options);
+  ASSERT_TRUE(running.WaitForSessions(1));
+  InsertRows(1, 2);
+  ASSERT_TRUE(running.WaitForEvents(2));
+
+  // The ephemeral tail sees only what comes after it subscribed, and is no consumer.
+  Child tail({"tail", "--server", Address(), "--stream", kStream, "--count", "1", "--format",
+              "text", "--timeout", "60"},
+             dir_, "ephemeral");
+  ASSERT_TRUE(WaitUntil([&] { return absl::StrContains(tail.err(), "ephemeral"); }, kDeadline))
+      << tail.err();
+  InsertRows(3, 3);
+  ASSERT_EQ(tail.WaitForExit(), 0) << tail.err();
+  EXPECT_THAT(tail.out(), HasSubstr("id='3'"));
+  EXPECT_THAT(tail.out(), Not(HasSubstr("id='1'")));
+  Child status({"status", "--server", Address(), "--format", "json"}, dir_, "status");
+  ASSERT_EQ(status.WaitForExit(), 0) << status.err();
+  walfeed::v1::GetStatusResponse reported;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(status.out(), &reported).ok())
+      << status.out();
+  ASSERT_EQ(reported.streams_size(), 1);
+  ASSERT_EQ(reported.streams(0).consumers_size(), 1) << "the ephemeral tail is no consumer";
+  EXPECT_EQ(reported.streams(0).consumers(0).name(), "stuck");
+
+  // reset-consumer moves "stuck" past its second event; its session ends.
+  ASSERT_TRUE(running.WaitForEvents(3));
+  const std::string second = running.ids()[1];
+  Child refused({"reset-consumer", "--server", Address(), "--stream", kStream, "--consumer",
+                 "stuck", "--to", second},
+                dir_, "refused");
+  EXPECT_EQ(refused.WaitForExit(), 2) << "needs --yes";
+  Child reset({"reset-consumer", "--server", Address(), "--stream", kStream, "--consumer",
+               "stuck", "--to", second, "--yes"},
+              dir_, "reset");
+  ASSERT_EQ(reset.WaitForExit(), 0) << reset.err();
+  EXPECT_THAT(reset.out(), HasSubstr(absl::StrCat("from none to ", second)));
+  EXPECT_EQ(ServerCheckpoint("stuck"), second);
 }
 
 // ---------------------------------------------------------------------------

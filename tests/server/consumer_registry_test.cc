@@ -13,6 +13,7 @@
 namespace walfeed::server {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -225,6 +226,130 @@ TEST_F(ConsumerRegistryTest, StopAndFailEndSessionsAndRefuseWhatFollows) {
   EXPECT_THAT(registry.Open("a", std::nullopt, {}).status(),
               StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(Ack(registry, *a, Id(0x100, 0)), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST_F(ConsumerRegistryTest, AConsumerThatNeverAckedIsForgottenWithItsSession) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  absl::StatusOr<OpenedSession> b = registry.Open("b", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  Deliver(registry, 0x100, 2);
+  Drain(registry, *a->session);
+  Drain(registry, *b->session);
+  ASSERT_THAT(Ack(registry, *a, Id(0x100, 1)), IsOk());
+  EXPECT_EQ(registry.Snapshot().buffered_events, 2u) << "b, connected, holds them";
+  EXPECT_TRUE(registry.Close(b->session)) << "b never acked: forgotten";
+  EXPECT_EQ(registry.Snapshot().buffered_events, 0u);
+  EXPECT_THAT(registry.Snapshot().consumers, SizeIs(1));
+  EXPECT_FALSE(registry.Close(a->session)) << "a has a checkpoint: kept";
+  EXPECT_THAT(registry.Snapshot().consumers, SizeIs(1));
+}
+
+TEST_F(ConsumerRegistryTest, AnEphemeralSessionStartsAtTheHeadAndIsNoConsumer) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  Deliver(registry, 0x100, 2);
+  SessionOptions ephemeral;
+  ephemeral.ephemeral = true;
+  absl::StatusOr<OpenedSession> e = registry.Open("", std::nullopt, ephemeral);
+  ASSERT_THAT(e.status(), IsOk());
+  EXPECT_EQ(e->start_after, Id(0x100, 1));
+  Deliver(registry, 0x200, 1);
+  EXPECT_THAT(Drain(registry, *e->session), ElementsAre(Id(0x200, 0).ToString()));
+  const RegistrySnapshot snapshot = registry.Snapshot();
+  EXPECT_THAT(snapshot.consumers, SizeIs(1));
+  EXPECT_EQ(snapshot.ephemeral_sessions, 1u);
+  EXPECT_THAT(registry.BeginAck("", e->session->id(), Id(0x200, 0)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ephemeral")));
+}
+
+TEST_F(ConsumerRegistryTest, AnEphemeralSessionThatFallsBehindEndsSayingHowFar) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  SessionOptions ephemeral;
+  ephemeral.ephemeral = true;
+  absl::StatusOr<OpenedSession> e = registry.Open("watch", std::nullopt, ephemeral);
+  ASSERT_THAT(e.status(), IsOk());
+  Deliver(registry, 0x100, 3);
+  Drain(registry, *a->session);
+  ASSERT_THAT(Ack(registry, *a, Id(0x100, 2)), IsOk());  // Trims what e never read.
+  std::string frame;
+  std::optional<absl::Status> end;
+  while (registry.NextFrame(*e->session, kNow, &frame, &end)) {
+  }
+  ASSERT_TRUE(end.has_value());
+  EXPECT_THAT(*end, StatusIs(absl::StatusCode::kOutOfRange,
+                             AllOf(HasSubstr("fell behind"), HasSubstr(Id(0x100, 2).ToString()))));
+  EXPECT_THAT(registry.Open("w2", Id(0x100, 0), ephemeral).status(),
+              StatusIs(absl::StatusCode::kOutOfRange)) << "start_after no longer held";
+}
+
+TEST_F(ConsumerRegistryTest, ANewConsumerMayStartAfterTheNewestEvent) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  Deliver(registry, 0x100, 2);
+  SessionOptions latest;
+  latest.start_latest = true;
+  absl::StatusOr<OpenedSession> l = registry.Open("l", std::nullopt, latest);
+  ASSERT_THAT(l.status(), IsOk());
+  EXPECT_EQ(l->start_after, Id(0x100, 1));
+  EXPECT_THAT(Drain(registry, *l->session), IsEmpty());
+}
+
+TEST_F(ConsumerRegistryTest, ResetResolvesItsTargetAndOnlyMovesForward) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  Deliver(registry, 0x100, 2);
+  Deliver(registry, 0x200, 2);
+  Drain(registry, *a->session);
+  ASSERT_THAT(Ack(registry, *a, Id(0x100, 0)), IsOk());
+  EXPECT_THAT(registry.BeginReset("a", EventId{}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(registry.BeginReset("a", Id(0x300, 0)).status(),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  absl::StatusOr<ConsumerRegistry::ResetTicket> ticket = registry.BeginReset("a", Id(0x1FF, 9));
+  ASSERT_THAT(ticket.status(), IsOk());
+  EXPECT_EQ(ticket->previous, Id(0x100, 0));
+  EXPECT_EQ(ticket->target, Id(0x100, 1)) << "the last event at or below the id";
+  EXPECT_EQ(ticket->ended, a->session);
+  EXPECT_THAT(registry.Open("a", std::nullopt, {}).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("reset")));
+  SessionList wake;
+  registry.FinishReset("a", ticket->target, &wake);
+  absl::StatusOr<OpenedSession> again = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_EQ(again->checkpoint, Id(0x100, 1));
+  absl::StatusOr<ConsumerRegistry::ResetTicket> head = registry.BeginReset("a", std::nullopt);
+  ASSERT_THAT(head.status(), IsOk());
+  EXPECT_EQ(head->target, Id(0x200, 1));
+  registry.AbandonReset("a");
+  EXPECT_THAT(registry.Open("a", std::nullopt, {}).status(), IsOk()) << "an abandoned reset frees it";
+}
+
+TEST_F(ConsumerRegistryTest, HeldBytesNameWhoKeepsEventsBuffered) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {{"slow", EventId{}}}, EventId{});
+  absl::StatusOr<OpenedSession> fast = registry.Open("fast", std::nullopt, {});
+  ASSERT_THAT(fast.status(), IsOk());
+  Deliver(registry, 0x100, 4);
+  Drain(registry, *fast->session);
+  ASSERT_THAT(Ack(registry, *fast, Id(0x100, 3)), IsOk());
+  const RegistrySnapshot snapshot = registry.Snapshot();
+  ASSERT_THAT(snapshot.consumers, SizeIs(2));
+  EXPECT_EQ(snapshot.consumers[0].name, "fast");
+  EXPECT_EQ(snapshot.consumers[0].held_bytes, 0u);
+  EXPECT_EQ(snapshot.consumers[1].held_bytes, snapshot.buffered_bytes);
+  EXPECT_GT(snapshot.buffered_bytes, 0u);
 }
 
 }  // namespace

@@ -31,14 +31,17 @@ walfeed::v1::ChangeEvent MakeEvent(uint64_t lsn, uint32_t index, int columns, si
 }
 
 // What gRPC would send if the runtime held parsed events: the reference.
-std::string Reference(const std::vector<walfeed::v1::ChangeEvent>& events) {
+std::string Reference(const std::vector<walfeed::v1::ChangeEvent>& events,
+                      const std::string& passed = "") {
   walfeed::v1::SubscribeResponse response;
   walfeed::v1::EventBatch* batch = response.mutable_events();
   for (const walfeed::v1::ChangeEvent& event : events) *batch->add_events() = event;
+  batch->set_passed(passed);
   return response.SerializeAsString();
 }
 
-std::string Composed(const std::vector<walfeed::v1::ChangeEvent>& events) {
+std::string Composed(const std::vector<walfeed::v1::ChangeEvent>& events,
+                     const std::string& passed = "") {
   std::vector<std::string> serialized;
   for (const walfeed::v1::ChangeEvent& event : events) {
     serialized.push_back(event.SerializeAsString());
@@ -46,13 +49,23 @@ std::string Composed(const std::vector<walfeed::v1::ChangeEvent>& events) {
   std::vector<const std::string*> pointers;
   for (const std::string& bytes : serialized) pointers.push_back(&bytes);
   std::string frame = "stale bytes that must be replaced";
-  ComposeEventsFrame(pointers, &frame);
+  ComposeEventsFrame(pointers, &frame, passed);
   return frame;
 }
 
 TEST(EventsFrameTest, OneSmallEventIsWhatSerializingGives) {
   const std::vector<walfeed::v1::ChangeEvent> events = {MakeEvent(100, 0, 1, 3)};
   EXPECT_EQ(Composed(events), Reference(events));
+}
+
+TEST(EventsFrameTest, APassedPositionIsWhatSerializingGives) {
+  const std::vector<walfeed::v1::ChangeEvent> events = {MakeEvent(100, 0, 2, 10),
+                                                        MakeEvent(100, 1, 300, 1)};
+  EXPECT_EQ(Composed(events, "0/64:7"), Reference(events, "0/64:7"));
+  walfeed::v1::SubscribeResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Composed(events, "0/64:7")));
+  EXPECT_EQ(parsed.events().passed(), "0/64:7");
+  EXPECT_EQ(parsed.events().events_size(), 2);
 }
 
 TEST(EventsFrameTest, AnEmptyEventIsStillAnElement) {

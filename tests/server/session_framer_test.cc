@@ -101,6 +101,48 @@ TEST_F(SessionFramerTest, FilteredEventsMoveTheCursorWithoutFillingTheWindow) {
   EXPECT_EQ(framer.unacked_events(), 2u);
 }
 
+TEST_F(SessionFramerTest, ABatchCutShortByTheFilterSaysHowFarItPassed) {
+  Fill(0x100, 2, "wanted");
+  Fill(0x200, 3, "skipped");
+  google::protobuf::RepeatedPtrField<std::string> tables;
+  tables.Add("public.wanted");
+  absl::StatusOr<EventFilter> filter = EventFilter::Create(tables, {});
+  ASSERT_THAT(filter.status(), IsOk());
+  options_.filter = *filter;
+  SessionFramer framer(options_, EventId{}, kT0);
+  bool sent = false;
+  Next(framer, kT0, &sent);  // started
+  walfeed::v1::SubscribeResponse batch = Next(framer, kT0, &sent);
+  ASSERT_TRUE(sent);
+  ASSERT_EQ(batch.events().events_size(), 2);
+  EXPECT_EQ(batch.events().passed(), Id(0x200, 2).ToString()) << "past the filtered events";
+  // Nothing matches after it: a progress frame carries the position.
+  Fill(0x300, 2, "skipped");
+  EXPECT_THAT(NextIds(framer, kT0 + absl::Seconds(1)), IsEmpty());
+  walfeed::v1::SubscribeResponse progress = Next(framer, kT0 + absl::Seconds(10), &sent);
+  ASSERT_TRUE(sent);
+  EXPECT_EQ(progress.progress().passed(), Id(0x300, 1).ToString());
+  EXPECT_EQ(framer.unacked_events(), 2u) << "filtered events are not in the window";
+}
+
+TEST_F(SessionFramerTest, ABatchEndingAtItsLastEventCarriesNoPassedPosition) {
+  Fill(0x100, 3);
+  SessionFramer framer(options_, EventId{}, kT0);
+  bool sent = false;
+  Next(framer, kT0, &sent);
+  EXPECT_EQ(Next(framer, kT0, &sent).events().passed(), "");
+}
+
+TEST_F(SessionFramerTest, AnEphemeralSessionHasNoWindow) {
+  Fill(0x100, 20);
+  options_.limits.max_unacked_events = 3;
+  options_.ephemeral = true;
+  SessionFramer framer(options_, EventId{}, kT0);
+  ASSERT_THAT(NextIds(framer), IsEmpty());
+  EXPECT_EQ(NextIds(framer).size(), 20u);
+  EXPECT_EQ(framer.unacked_events(), 0u);
+}
+
 TEST_F(SessionFramerTest, ProgressIsDueOnlyAfterTheIntervalWithoutFrames) {
   options_.limits.progress_interval = absl::Seconds(5);
   Fill(0x100, 1);
