@@ -383,6 +383,12 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       stream->set_buffered_events(snapshot.buffered_events);
       stream->set_buffered_bytes(snapshot.buffered_bytes);
       stream->set_ephemeral_sessions(static_cast<uint32_t>(snapshot.ephemeral_sessions));
+      if (!snapshot.held_by.empty()) {
+        stream->set_held_by(snapshot.held_by);
+        const int64_t micros = absl::ToUnixMicros(snapshot.held_since);
+        stream->mutable_held_since()->set_seconds(micros / 1000000);
+        stream->mutable_held_since()->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
+      }
       for (const ConsumerSnapshot& c : snapshot.consumers) {
         walfeed::v1::ConsumerStatus* consumer = stream->add_consumers();
         consumer->set_name(c.name);

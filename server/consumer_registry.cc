@@ -405,9 +405,38 @@ void ConsumerRegistry::TrimLocked() {
   buffer_.TrimThrough(floor);
 }
 
-bool ConsumerRegistry::HasRoom() const {
+bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
   absl::MutexLock lock(&mu_);
-  return buffer_.HasRoom(options_.buffer_bytes);
+  const bool room = buffer_.HasRoom(options_.buffer_bytes);
+  const absl::Time now = absl::Now();
+  if (!room) {
+    // The consumer with the lowest checkpoint keeps the oldest events.
+    const std::string* holder = nullptr;
+    EventId lowest;
+    for (const auto& [name, consumer] : consumers_) {
+      if (holder == nullptr || consumer.checkpoint < lowest) {
+        holder = &name;
+        lowest = consumer.checkpoint;
+      }
+    }
+    const std::string name = holder != nullptr ? *holder : std::string();
+    if (hold_) {
+      hold_->room_since.reset();  // Still (or again) held: the episode goes on.
+      hold_->holder = name;
+      return room;
+    }
+    hold_ = Hold{name, now, std::nullopt};
+    if (change != nullptr) *change = HoldChange{true, name, buffer_.bytes(), absl::ZeroDuration()};
+    return room;
+  }
+  if (!hold_) return room;
+  // A slow consumer that keeps acking fills the buffer again and again: the
+  // episode ends only after the buffer had room for kHoldSettle.
+  if (!hold_->room_since) hold_->room_since = now;
+  if (now - *hold_->room_since < kHoldSettle) return room;
+  if (change != nullptr) *change = HoldChange{false, hold_->holder, 0, now - hold_->since};
+  hold_.reset();
+  return room;
 }
 
 absl::Status ConsumerRegistry::Append(BufferedEvent event) {
@@ -450,6 +479,10 @@ RegistrySnapshot ConsumerRegistry::Snapshot() const {
   snapshot.buffered_bytes = buffer_.bytes();
   for (const auto& [key, entry] : sessions_) {
     if (entry.session->options().ephemeral && !entry.end) ++snapshot.ephemeral_sessions;
+  }
+  if (hold_) {
+    snapshot.held_by = hold_->holder;
+    snapshot.held_since = hold_->since;
   }
   for (const auto& [name, consumer] : consumers_) {
     ConsumerSnapshot c;

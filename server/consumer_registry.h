@@ -67,10 +67,21 @@ struct ConsumerSnapshot {
   uint64_t held_bytes = 0;  // Buffered only because this consumer has not acked them.
 };
 
+// The buffer filled up (and the reader waits) because of `holder`, or stopped
+// being full: what the caller logs, once each way.
+struct HoldChange {
+  bool started = false;  // False: it ended.
+  std::string holder;
+  uint64_t held_bytes = 0;
+  absl::Duration lasted;  // When it ended.
+};
+
 struct RegistrySnapshot {
   size_t buffered_events = 0;
   size_t buffered_bytes = 0;
   size_t ephemeral_sessions = 0;
+  std::string held_by;  // While the buffer is full: the consumer it waits for.
+  absl::Time held_since;
   std::vector<ConsumerSnapshot> consumers;  // In name order.
 };
 
@@ -178,8 +189,10 @@ class ConsumerRegistry {
   // Step 2 when the write failed.
   void AbandonReset(const std::string& consumer) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Reader side (never blocks).
-  bool HasRoom() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Reader side (never blocks). When the buffer becomes full, `*change` says so
+  // and names the consumer that holds the stream; when it has had room for
+  // kHoldSettle since (a slow consumer refills it at once), that it ended.
+  bool HasRoom(std::optional<HoldChange>* change = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Append(BufferedEvent event) ABSL_LOCKS_EXCLUDED(mu_);
   // Sessions waiting for news, marked as no longer waiting.
   SessionList TakeWaiting() ABSL_LOCKS_EXCLUDED(mu_);
@@ -232,6 +245,15 @@ class ConsumerRegistry {
   absl::flat_hash_map<std::string, Consumer> consumers_ ABSL_GUARDED_BY(mu_);
   // Every session not yet closed, by identity (ended ones too, until Close).
   absl::flat_hash_map<const Session*, SessionEntry> sessions_ ABSL_GUARDED_BY(mu_);
+  // The current episode of a full buffer: who holds it, since when, and since
+  // when it has had room again (the episode ends kHoldSettle after that).
+  struct Hold {
+    std::string holder;
+    absl::Time since;
+    std::optional<absl::Time> room_since;
+  };
+  static constexpr absl::Duration kHoldSettle = absl::Seconds(5);
+  std::optional<Hold> hold_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace walfeed::server

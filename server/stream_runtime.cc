@@ -179,7 +179,27 @@ absl::StatusOr<StreamRuntime::ResetOutcome> StreamRuntime::ResetConsumer(
 
 void StreamRuntime::Tick() { WakeAll(registry_.DueForProgress(absl::Now())); }
 
-bool StreamRuntime::HasRoom() { return registry_.HasRoom(); }
+bool StreamRuntime::HasRoom() {
+  std::optional<HoldChange> change;
+  const bool room = registry_.HasRoom(&change);
+  if (change && change->started) {
+    StreamLogger()->warn(
+        "stream {}: the buffer is full ({} bytes, buffer_bytes {}): the stream waits for "
+        "consumer {}, which has not acked the oldest of them; it holds every other consumer "
+        "and the slot until it acks (walfeed status shows who holds what; remove-consumer or "
+        "reset-consumer release it)",
+        name(), change->held_bytes, options_.buffer_bytes,
+        change->holder.empty() ? "(none yet: the stream keeps everything for its first)"
+                               : change->holder);
+  } else if (change) {
+    StreamLogger()->info("stream {}: the buffer has room again after {}; consumer {} no longer "
+                         "holds the stream",
+                         name(), absl::FormatDuration(absl::Trunc(change->lasted,
+                                                                  absl::Milliseconds(1))),
+                         change->holder.empty() ? "(none)" : change->holder);
+  }
+  return room;
+}
 
 void StreamRuntime::OnEvent(replication::ChangeEvent event) {
   absl::Status appended = registry_.Append(encoder_.Encode(event));
@@ -226,6 +246,8 @@ RuntimeSnapshot StreamRuntime::Snapshot() const {
   snapshot.buffered_events = registry.buffered_events;
   snapshot.buffered_bytes = registry.buffered_bytes;
   snapshot.ephemeral_sessions = registry.ephemeral_sessions;
+  snapshot.held_by = registry.held_by;
+  snapshot.held_since = registry.held_since;
   snapshot.consumers = std::move(registry.consumers);
   return snapshot;
 }

@@ -71,6 +71,8 @@ struct RuntimeSnapshot {
   size_t buffered_events = 0;
   size_t buffered_bytes = 0;
   size_t ephemeral_sessions = 0;
+  std::string held_by;  // While the buffer is full: the consumer it waits for.
+  absl::Time held_since;
   std::vector<ConsumerSnapshot> consumers;  // In name order.
 };
 

@@ -386,7 +386,8 @@ std::string StatusTable(const walfeed::v1::GetStatusResponse& response) {
       {"STREAM", "STATE", "SLOT", "WAL_STATUS", "ACTIVE", "CONFIRMED_FLUSH", "SERVER_LSN",
        "RETAINED_BYTES"}};
   std::vector<std::vector<std::string>> consumers = {
-      {"STREAM", "CONSUMER", "CHECKPOINT", "SESSION", "UNACKED", "LAG_BYTES"}};
+      {"STREAM", "CONSUMER", "CHECKPOINT", "SESSION", "UNACKED", "LAG_BYTES", "HELD_BYTES"}};
+  std::string held;
   std::string errors;
   for (const walfeed::v1::StreamStatus& stream : response.streams()) {
     const walfeed::v1::SlotInfo& slot = stream.slot();
@@ -397,7 +398,16 @@ std::string StatusTable(const walfeed::v1::GetStatusResponse& response) {
     for (const walfeed::v1::ConsumerStatus& consumer : stream.consumers()) {
       consumers.push_back({stream.name(), consumer.name(), OrDash(consumer.checkpoint()),
                            OrDash(consumer.session_id()), absl::StrCat(consumer.unacked_events()),
-                           absl::StrCat(consumer.lag_bytes())});
+                           absl::StrCat(consumer.lag_bytes()),
+                           absl::StrCat(consumer.held_bytes())});
+    }
+    if (!stream.held_by().empty()) {
+      absl::StrAppend(&held, stream.name(), ": the buffer is full (", stream.buffered_bytes(),
+                      " bytes) and waits for consumer ", stream.held_by(), " since ",
+                      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
+                                       absl::FromUnixSeconds(stream.held_since().seconds()),
+                                       absl::UTCTimeZone()),
+                      "\n");
     }
     if (!stream.error().empty()) {
       absl::StrAppend(&errors, stream.name(), ": ", stream.error(), "\n");
@@ -410,6 +420,7 @@ std::string StatusTable(const walfeed::v1::GetStatusResponse& response) {
   } else {
     out += "no consumers\n";
   }
+  if (!held.empty()) absl::StrAppend(&out, "\nheld:\n", held);
   if (!errors.empty()) absl::StrAppend(&out, "\nerrors:\n", errors);
   return out;
 }

@@ -245,6 +245,10 @@ TEST(StatusTableTest, ShowsStreamsSlotsAndConsumers) {
   consumer->set_session_id("abc-1");
   consumer->set_unacked_events(3);
   consumer->set_lag_bytes(56);
+  consumer->set_held_bytes(700);
+  stream->set_buffered_bytes(700);
+  stream->set_held_by("billing");
+  stream->mutable_held_since()->set_seconds(1796000000);
   walfeed::v1::StreamStatus* failed = response.add_streams();
   failed->set_name("lost");
   failed->set_state(walfeed::v1::STREAM_STATE_FAILED);
@@ -259,8 +263,12 @@ TEST(StatusTableTest, ShowsStreamsSlotsAndConsumers) {
             "4096\n"
             "lost    FAILED     walfeed_lost    missing     no      -                -           0\n"
             "\n"
-            "STREAM  CONSUMER  CHECKPOINT   SESSION  UNACKED  LAG_BYTES\n"
-            "orders  billing   0/1A2B3C8:2  abc-1    3        56\n"
+            "STREAM  CONSUMER  CHECKPOINT   SESSION  UNACKED  LAG_BYTES  HELD_BYTES\n"
+            "orders  billing   0/1A2B3C8:2  abc-1    3        56         700\n"
+            "\n"
+            "held:\n"
+            "orders: the buffer is full (700 bytes) and waits for consumer billing since "
+            "2026-11-30 00:53:20 UTC\n"
             "\n"
             "errors:\n"
             "lost: slot walfeed_lost no longer exists\n");

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "tests/server/stream_events.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/wait.h"
 
 namespace walfeed::server {
 namespace {
@@ -350,6 +351,44 @@ TEST_F(ConsumerRegistryTest, HeldBytesNameWhoKeepsEventsBuffered) {
   EXPECT_EQ(snapshot.consumers[0].held_bytes, 0u);
   EXPECT_EQ(snapshot.consumers[1].held_bytes, snapshot.buffered_bytes);
   EXPECT_GT(snapshot.buffered_bytes, 0u);
+}
+
+TEST_F(ConsumerRegistryTest, AFullBufferNamesTheConsumerItWaitsForOnceEachWay) {
+  const size_t one = Buffered(Id(0x100, 0)).bytes;
+  ConsumerRegistry registry(Options(one * 2));
+  registry.Load(&tracker_, {{"slow", Id(0x50, 0)}}, EventId{});
+  absl::StatusOr<OpenedSession> fast = registry.Open("fast", std::nullopt, {});
+  ASSERT_THAT(fast.status(), IsOk());
+  std::optional<HoldChange> change;
+  EXPECT_TRUE(registry.HasRoom(&change));
+  EXPECT_FALSE(change.has_value());
+  Deliver(registry, 0x100, 2);
+  Drain(registry, *fast->session);
+  ASSERT_THAT(Ack(registry, *fast, Id(0x100, 1)), IsOk());
+  EXPECT_FALSE(registry.HasRoom(&change));
+  ASSERT_TRUE(change.has_value());
+  EXPECT_TRUE(change->started);
+  EXPECT_EQ(change->holder, "slow");
+  EXPECT_EQ(registry.Snapshot().held_by, "slow");
+  change.reset();
+  EXPECT_FALSE(registry.HasRoom(&change));
+  EXPECT_FALSE(change.has_value()) << "said once";
+  SessionList wake;
+  ASSERT_THAT(registry.BeginRemove("slow").status(), IsOk());
+  registry.FinishRemove("slow", &wake);
+  EXPECT_TRUE(registry.HasRoom(&change));
+  EXPECT_FALSE(change.has_value()) << "the episode ends once the buffer kept its room";
+  EXPECT_EQ(registry.Snapshot().held_by, "slow");
+  ASSERT_TRUE(walfeed::testing::WaitUntil(
+      [&] {
+        registry.HasRoom(&change);
+        return change.has_value();
+      },
+      absl::Seconds(30)));
+  EXPECT_FALSE(change->started);
+  EXPECT_EQ(change->holder, "slow");
+  EXPECT_GE(change->lasted, absl::Seconds(5));
+  EXPECT_EQ(registry.Snapshot().held_by, "");
 }
 
 }  // namespace

@@ -236,5 +236,52 @@ TEST_F(ConsumersE2eTest, StatusNamesWhatEachConsumerHoldsAndANeverAckedOnesLag) 
   EXPECT_GT(i.lag_bytes(), f.lag_bytes());
 }
 
+TEST_F(ConsumersE2eTest, AStoppedConsumerThatHoldsTheStreamIsNamedUntilItIsRemoved) {
+  StartServer(Yaml("defaults:\n  buffer_bytes: 65536\n"));
+  std::unique_ptr<Subscription> stuck = Subscribe(Request("stuck"));
+  std::unique_ptr<Subscription> fast = Subscribe(Request("fast"));
+  InsertTransactions(1, 1);
+  ASSERT_TRUE(stuck->WaitForEvents(1));
+  AckOk(*stuck, "stuck", stuck->events()[0].id());
+  stuck.reset();  // Stopped for good, with a checkpoint: it holds the stream.
+  std::thread writer([&] { InsertTransactions(2, 2000); });
+  size_t acked = 0;
+  walfeed::v1::StreamStatus held;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const std::vector<ChangeEvent> events = fast->events();
+        if (events.size() > acked) {
+          AckOk(*fast, "fast", events.back().id());
+          acked = events.size();
+        }
+        held = StreamStatusNow();
+        return !held.held_by().empty();
+      },
+      kDeadline, absl::Milliseconds(5)));
+  EXPECT_EQ(held.held_by(), "stuck");
+  EXPECT_GT(held.held_since().seconds(), 0);
+  ASSERT_EQ(held.consumers_size(), 2);
+  EXPECT_EQ(held.consumers(1).name(), "stuck");
+  EXPECT_GT(held.consumers(1).held_bytes(), 0u);
+  EXPECT_LT(acked, 2001u) << "the stream waits for stuck";
+
+  // Forgetting stuck releases the stream: fast gets everything.
+  ASSERT_THAT(RemoveConsumer("stuck"), GrpcOk());
+  const bool all = WaitUntil(
+      [&] {
+        const std::vector<ChangeEvent> events = fast->events();
+        if (events.size() > acked) {
+          AckOk(*fast, "fast", events.back().id());
+          acked = events.size();
+        }
+        return acked >= 2001;
+      },
+      absl::Seconds(60), absl::Milliseconds(5));
+  writer.join();
+  EXPECT_TRUE(all) << "fast received " << acked;
+  EXPECT_TRUE(WaitUntil([&] { return StreamStatusNow().held_by().empty(); }, kDeadline))
+      << "the hold ends once the buffer has kept room for a while";
+}
+
 }  // namespace
 }  // namespace walfeed::server
