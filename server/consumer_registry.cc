@@ -72,12 +72,7 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
     }
     const EventId start = start_after ? *start_after : buffer_.newest();
     OpenedSession opened;
-    opened.session =
-        std::make_shared<Session>(options_.new_session_id(), consumer, std::move(options));
-    sessions_.emplace(opened.session.get(),
-                      SessionEntry{opened.session,
-                                   SessionFramer(opened.session->options(), start, absl::Now()),
-                                   false, std::nullopt});
+    opened.session = AddSessionLocked(consumer, std::move(options), start);
     opened.start_after = start;
     return opened;
   }
@@ -106,20 +101,18 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   }
   auto [it, inserted] = consumers_.try_emplace(consumer);
   Consumer& state = it->second;
-  // A new consumer starts at the oldest event still held for the stream.
-  if (inserted) (void)tracker_->AddConsumer(consumer, EventId{});
   EventId start = state.checkpoint;
-  if (inserted) start = options.start_latest ? buffer_.newest() : buffer_.trimmed();
+  if (inserted) {
+    // A new consumer starts at the oldest event still held for the stream, or
+    // after the newest: then nothing before it is its to hold.
+    start = options.start_latest ? buffer_.newest() : buffer_.trimmed();
+    (void)tracker_->AddConsumer(consumer, options.start_latest ? start : EventId{});
+  }
   if (start_after) start = std::max(start, *start_after);
   state.session_start = start;
 
   OpenedSession opened;
-  opened.session =
-      std::make_shared<Session>(options_.new_session_id(), consumer, std::move(options));
-  sessions_.emplace(opened.session.get(),
-                    SessionEntry{opened.session,
-                                 SessionFramer(opened.session->options(), start, absl::Now()),
-                                 false, std::nullopt});
+  opened.session = AddSessionLocked(consumer, std::move(options), start);
   if (state.active) {
     opened.superseded = EndLocked(
         state.active,
@@ -131,6 +124,16 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   opened.checkpoint = state.checkpoint;
   opened.start_after = start;
   return opened;
+}
+
+std::shared_ptr<Session> ConsumerRegistry::AddSessionLocked(const std::string& consumer,
+                                                            SessionOptions options,
+                                                            EventId start) {
+  auto session = std::make_shared<Session>(options_.new_session_id(), consumer, std::move(options));
+  sessions_.emplace(session.get(),
+                    SessionEntry{session, SessionFramer(session->options(), start, absl::Now()),
+                                 false, std::nullopt});
+  return session;
 }
 
 bool ConsumerRegistry::Close(const std::shared_ptr<Session>& session) {
@@ -400,8 +403,8 @@ void ConsumerRegistry::TrimLocked() {
   // one either, so the reader simply waits (backpressure) and the first consumer
   // gets everything from the stream's position, whenever it subscribes.
   if (consumers_.empty()) return;
-  EventId floor = consumers_.begin()->second.checkpoint;
-  for (const auto& [name, consumer] : consumers_) floor = std::min(floor, consumer.checkpoint);
+  EventId floor = NeedsAfter(consumers_.begin()->second);
+  for (const auto& [name, consumer] : consumers_) floor = std::min(floor, NeedsAfter(consumer));
   buffer_.TrimThrough(floor);
 }
 
@@ -414,9 +417,9 @@ bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
     const std::string* holder = nullptr;
     EventId lowest;
     for (const auto& [name, consumer] : consumers_) {
-      if (holder == nullptr || consumer.checkpoint < lowest) {
+      if (holder == nullptr || NeedsAfter(consumer) < lowest) {
         holder = &name;
-        lowest = consumer.checkpoint;
+        lowest = NeedsAfter(consumer);
       }
     }
     const std::string name = holder != nullptr ? *holder : std::string();
@@ -496,9 +499,11 @@ RegistrySnapshot ConsumerRegistry::Snapshot() const {
     // What it alone holds: after its checkpoint, up to the lowest other one.
     std::optional<EventId> others;
     for (const auto& [other_name, other] : consumers_) {
-      if (other_name != name) others = std::min(others.value_or(other.checkpoint), other.checkpoint);
+      if (other_name != name) {
+        others = std::min(others.value_or(NeedsAfter(other)), NeedsAfter(other));
+      }
     }
-    c.held_bytes = BytesBetweenLocked(consumer.checkpoint, others);
+    c.held_bytes = BytesBetweenLocked(NeedsAfter(consumer), others);
     snapshot.consumers.push_back(std::move(c));
   }
   std::sort(snapshot.consumers.begin(), snapshot.consumers.end(),

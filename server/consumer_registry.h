@@ -214,6 +214,11 @@ class ConsumerRegistry {
     // Acks between their checks and their durable write.
     int acks_in_flight = 0;
   };
+  // What a consumer still needs: everything after its checkpoint, or, before
+  // its first ack, after where its session started.
+  static EventId NeedsAfter(const Consumer& c) {
+    return c.checkpoint != EventId{} ? c.checkpoint : c.session_start;
+  }
   struct SessionEntry {
     std::shared_ptr<Session> session;
     SessionFramer framer;
@@ -226,6 +231,9 @@ class ConsumerRegistry {
                                      absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionList EndAllLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionList TakeWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers a new session starting after `start`.
+  std::shared_ptr<Session> AddSessionLocked(const std::string& consumer, SessionOptions options,
+                                            EventId start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why `consumer` cannot start a session now (being removed or reset), or OK.
   absl::Status BusyLocked(const std::string& consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes of the buffered events after `from` up to and including `through`.

@@ -303,6 +303,10 @@ TEST_F(ConsumerRegistryTest, ANewConsumerMayStartAfterTheNewestEvent) {
   ASSERT_THAT(l.status(), IsOk());
   EXPECT_EQ(l->start_after, Id(0x100, 1));
   EXPECT_THAT(Drain(registry, *l->session), IsEmpty());
+  Drain(registry, *a->session);
+  ASSERT_THAT(Ack(registry, *a, Id(0x100, 1)), IsOk());
+  EXPECT_EQ(registry.Snapshot().buffered_events, 0u)
+      << "what came before l started is not l's to hold";
 }
 
 TEST_F(ConsumerRegistryTest, ResetResolvesItsTargetAndOnlyMovesForward) {
