@@ -8,12 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "server/subscribe_options.h"
 #include "spdlog/spdlog.h"
 
 namespace walfeed::server {
 namespace {
-
-constexpr uint32_t kMaxBatchBytesCap = 3u << 20;  // Under gRPC's default 4 MiB receive limit.
 
 absl::Status ValidateConsumerName(absl::string_view consumer) {
   const bool ok = !consumer.empty() && consumer.size() <= 63 &&
@@ -158,38 +157,6 @@ absl::StatusOr<StreamRuntime*> ChangeStreamService::Find(absl::string_view strea
                                           ")"));
 }
 
-absl::StatusOr<SessionOptions> ChangeStreamService::OptionsFor(
-    const walfeed::v1::SubscribeRequest& request) const {
-  SessionOptions options;
-  absl::StatusOr<EventFilter> filter = EventFilter::Create(request.tables(), request.operations());
-  if (!filter.ok()) return filter.status();
-  options.filter = std::move(*filter);
-  SessionLimits& limits = options.limits;
-  limits = defaults_;
-  if (request.max_batch_events()) limits.max_batch_events = request.max_batch_events();
-  if (request.max_batch_bytes()) limits.max_batch_bytes = request.max_batch_bytes();
-  limits.max_batch_bytes = std::min(limits.max_batch_bytes, kMaxBatchBytesCap);
-  if (request.max_unacked_events()) limits.max_unacked_events = request.max_unacked_events();
-  if (request.max_unacked_bytes()) limits.max_unacked_bytes = request.max_unacked_bytes();
-  if (request.progress_interval_ms()) {
-    limits.progress_interval = absl::Milliseconds(request.progress_interval_ms());
-  }
-  options.ephemeral = request.ephemeral();
-  switch (request.start()) {
-    case walfeed::v1::START_POSITION_UNSPECIFIED:
-    case walfeed::v1::START_POSITION_EARLIEST:
-      break;
-    case walfeed::v1::START_POSITION_LATEST:
-      options.start_latest = true;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("start: ", request.start(),
-                       " is not a StartPosition (START_POSITION_EARLIEST or _LATEST)"));
-  }
-  return options;
-}
-
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ChangeStreamService::Subscribe(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request) {
   walfeed::v1::SubscribeRequest parsed;
@@ -216,7 +183,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ChangeStreamService::Subscribe(
     if (!id.ok()) return new FailedSubscribe(ToGrpc(id.status()));
     start_after = *id;
   }
-  absl::StatusOr<SessionOptions> options = OptionsFor(*request);
+  absl::StatusOr<SessionOptions> options = SessionOptionsFor(*request, defaults_);
   if (!options.ok()) return new FailedSubscribe(ToGrpc(options.status()));
   absl::StatusOr<OpenedSession> opened =
       (*runtime)->Open(request->consumer(), start_after, std::move(*options));

@@ -63,7 +63,6 @@ class ChangeStreamService final : public ChangeStreamBase {
   absl::Status Authorize(grpc::CallbackServerContext* context, Right right,
                          absl::string_view stream) const;
   absl::StatusOr<StreamRuntime*> Find(absl::string_view stream) const;
-  absl::StatusOr<SessionOptions> OptionsFor(const walfeed::v1::SubscribeRequest& request) const;
 
   const std::map<std::string, StreamRuntime*> streams_;
   const TokenAuthorizer* const authorizer_;

@@ -446,39 +446,36 @@ absl::Status Parser::ParseDefaults(const YAML::Node& node, ServerConfig& config)
                                 "max_unacked_bytes", "progress_interval", "buffer_bytes",
                                 "read_coalesce"}));
   StreamDefaults& d = config.defaults;
-  // Upper bounds: far beyond any sensible setting, low enough that a typo (an
-  // extra digit or two) is caught, and within the proto's uint32 fields.
-  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  // The ranges are SessionLimits' (session_limits.h), shared with requests.
   if (std::optional<YAML::Node> n = fields.Get("max_batch_events")) {
     WALFEED_ASSIGN_OR_RETURN(uint64_t v,
-                             Integer(*n, fields.PathOf("max_batch_events"), 1, 100'000));
+                             Integer(*n, fields.PathOf("max_batch_events"), 1, kBatchEventsMax));
     d.max_batch_events = static_cast<uint32_t>(v);
   }
   if (std::optional<YAML::Node> n = fields.Get("max_batch_bytes")) {
     // gRPC clients refuse messages over 4 MiB unless raised, so large values
     // need matching client settings; 64 MiB is the most walfeed accepts.
     WALFEED_ASSIGN_OR_RETURN(uint64_t v,
-                             Integer(*n, fields.PathOf("max_batch_bytes"), 1, uint64_t{64} << 20));
+                             Integer(*n, fields.PathOf("max_batch_bytes"), 1, kBatchBytesMax));
     d.max_batch_bytes = static_cast<uint32_t>(v);
   }
   if (std::optional<YAML::Node> n = fields.Get("max_unacked_events")) {
     WALFEED_ASSIGN_OR_RETURN(uint64_t v,
-                             Integer(*n, fields.PathOf("max_unacked_events"), 1, 10'000'000));
+                             Integer(*n, fields.PathOf("max_unacked_events"), 1, kUnackedEventsMax));
     d.max_unacked_events = static_cast<uint32_t>(v);
   }
   if (std::optional<YAML::Node> n = fields.Get("max_unacked_bytes")) {
     WALFEED_ASSIGN_OR_RETURN(d.max_unacked_bytes,
-                             Integer(*n, fields.PathOf("max_unacked_bytes"), 1, 64 * kGiB));
+                             Integer(*n, fields.PathOf("max_unacked_bytes"), 1, kUnackedBytesMax));
   }
   if (std::optional<YAML::Node> n = fields.Get("progress_interval")) {
-    // Below 10ms progress frames would be most of the traffic; the proto
-    // carries the interval as uint32 milliseconds.
-    WALFEED_ASSIGN_OR_RETURN(d.progress_interval, Duration(*n, fields.PathOf("progress_interval"),
-                                                           absl::Milliseconds(10), absl::Hours(1)));
+    WALFEED_ASSIGN_OR_RETURN(
+        d.progress_interval,
+        Duration(*n, fields.PathOf("progress_interval"), kProgressIntervalMin, kProgressIntervalMax));
   }
   if (std::optional<YAML::Node> n = fields.Get("buffer_bytes")) {
     WALFEED_ASSIGN_OR_RETURN(d.buffer_bytes,
-                             Integer(*n, fields.PathOf("buffer_bytes"), 1, 64 * kGiB));
+                             Integer(*n, fields.PathOf("buffer_bytes"), 1, uint64_t{64} << 30));
   }
   if (std::optional<YAML::Node> n = fields.Get("read_coalesce")) {
     // Every change that arrives within the window waits for it: beyond 100ms

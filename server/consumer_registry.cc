@@ -221,6 +221,9 @@ absl::StatusOr<ConsumerRegistry::AckTicket> ConsumerRegistry::BeginAck(
     const std::string& consumer, const std::string& session_id, EventId id) {
   absl::MutexLock lock(&mu_);
   if (failed_) return *failed_;
+  // Before the stored consumers are loaded, "no such consumer" would be a lie
+  // that a client takes as definite (a restarted server's first moments).
+  if (!loaded_) return options_.not_ready();
   auto it = consumers_.find(consumer);
   if (it == consumers_.end() || !it->second.active || it->second.active->id() != session_id) {
     for (const auto& [key, entry] : sessions_) {

@@ -10,6 +10,17 @@
 
 namespace walfeed::server {
 
+// The range of each knob, for the config's defaults and for a request alike:
+// far beyond any sensible setting, low enough that a typo (an extra digit or
+// two) is caught, and within the proto's fields.
+inline constexpr uint64_t kBatchEventsMax = 100'000;
+inline constexpr uint64_t kBatchBytesMax = uint64_t{64} << 20;
+inline constexpr uint64_t kUnackedEventsMax = 10'000'000;
+inline constexpr uint64_t kUnackedBytesMax = uint64_t{64} << 30;
+// Below 10 ms progress frames would be most of the traffic.
+inline constexpr absl::Duration kProgressIntervalMin = absl::Milliseconds(10);
+inline constexpr absl::Duration kProgressIntervalMax = absl::Hours(1);
+
 struct SessionLimits {
   // Events and bytes per events frame at most (one event larger than the byte
   // bound is still sent, alone).

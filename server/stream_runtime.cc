@@ -1,8 +1,11 @@
 #include "server/stream_runtime.h"
 
+#include <sys/random.h>
+
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/stream_log.h"
 
@@ -11,10 +14,17 @@ namespace {
 
 std::string IdOrNone(EventId id) { return id == EventId{} ? "none" : id.ToString(); }
 
+// 128 random bits from the kernel, as 32 hex digits: a session id is what an Ack
+// must name, so it must not be guessable from another one.
 std::string NewSessionId() {
-  static std::atomic<uint64_t> counter{0};
-  return absl::StrCat(absl::Hex(absl::ToUnixNanos(absl::Now()), absl::kZeroPad16), "-",
-                      absl::Hex(++counter, absl::kZeroPad8));
+  uint8_t bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);  // EINTR: try again; nothing else fails here.
+  }
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "replication/retry.h"
 #include "server/stream_log.h"
@@ -68,7 +69,10 @@ void StreamSupervisor::Fail(const absl::Status& status) {
 }
 
 bool StreamSupervisor::Prepare(replication::PreparedSource* prepared) {
-  replication::Backoff backoff(options_.retry_base, options_.retry_cap, /*seed=*/1);
+  // Seeded per process and stream, so instances restarted together do not retry
+  // in lockstep.
+  replication::Backoff backoff(options_.retry_base, options_.retry_cap,
+                               absl::Uniform<uint64_t>(absl::BitGen()));
   for (;;) {
     absl::StatusOr<replication::PreparedSource> result = source_->Prepare();
     if (result.ok()) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "replication/copy_data.h"
 #include "replication/pg/replication_connection.h"
@@ -96,7 +97,9 @@ absl::Status StreamReader::Run(Lsn start) {
   if (wake_fd_ < 0) return absl::InternalError("eventfd() failed");
   durable_ = start;
   persister_ = std::make_unique<ConfirmedPersister>(store_, start, [this] { Wake(); });
-  Backoff backoff(options_.backoff_base, options_.backoff_cap, options_.backoff_seed);
+  Backoff backoff(options_.backoff_base, options_.backoff_cap,
+                  options_.backoff_seed != 0 ? options_.backoff_seed
+                                             : absl::Uniform<uint64_t>(absl::BitGen()));
   while (!stop_.load()) {
     absl::Status status = RunSession(durable_);
     // A session that ended with an error skipped the OnDrained of its last turn:

@@ -99,7 +99,9 @@ struct ReaderOptions {
   EventId deliver_after;
   absl::Duration backoff_base = absl::Milliseconds(100);
   absl::Duration backoff_cap = absl::Seconds(30);
-  uint64_t backoff_seed = 1;
+  // 0: random per reader, so instances restarted together do not reconnect in
+  // lockstep; tests may fix it.
+  uint64_t backoff_seed = 0;
   // After a read that emptied the socket, wait this long (or for Stop/Wake)
   // before reading it again, so that the next read finds more. A reader that
   // wakes for every message the walsender writes makes the walsender pay a

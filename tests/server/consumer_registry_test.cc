@@ -78,6 +78,11 @@ TEST_F(ConsumerRegistryTest, BeforeLoadCallsAreUnavailableWithTheReason) {
   EXPECT_THAT(registry.Open("a", std::nullopt, {}).status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no route")));
   EXPECT_THAT(registry.BeginRemove("a").status(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(registry.BeginAck("a", "s", Id(0x100, 0)).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no route")))
+      << "not NOT_FOUND: the consumers are not loaded yet, and clients take NOT_FOUND as final";
+  EXPECT_THAT(registry.BeginReset("a", std::nullopt).status(),
+              StatusIs(absl::StatusCode::kUnavailable));
 }
 
 TEST_F(ConsumerRegistryTest, ANewConsumerGetsEverythingBufferedAndAcksMoveItsCheckpoint) {

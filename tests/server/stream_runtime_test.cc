@@ -3,7 +3,10 @@
 // through the group committer, backpressure and failure, with no database.
 #include "server/stream_runtime.h"
 
+#include <algorithm>
+#include <cctype>
 #include <deque>
+#include <set>
 
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
@@ -232,6 +235,9 @@ TEST_F(StreamRuntimeTest, WhileTheSourceCannotStartSubscribeSaysWhyAndStreamingF
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("connection refused")));
   EXPECT_EQ(runtime_->Snapshot().state, walfeed::v1::STREAM_STATE_CONNECTING);
   EXPECT_THAT(runtime_->Snapshot().error, HasSubstr("connection refused"));
+  EXPECT_THAT(runtime_->Ack("a", "session", Id(0x100, 0)).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("connection refused")))
+      << "an Ack racing a restart is retryable, never NOT_FOUND";
   source_->SetPrepareError(absl::OkStatus());
   ASSERT_TRUE(AwaitState(walfeed::v1::STREAM_STATE_STREAMING));
   EXPECT_THAT(runtime_->Open("a", std::nullopt, {}).status(), IsOk());
@@ -329,6 +335,28 @@ TEST_F(StreamRuntimeTest, StoredConsumersAreLoadedAtStart) {
   ASSERT_THAT(snapshot.consumers, SizeIs(1));
   EXPECT_EQ(snapshot.consumers[0].name, "old");
   EXPECT_EQ(snapshot.consumers[0].checkpoint, Id(0x80, 2));
+}
+
+TEST_F(StreamRuntimeTest, SessionIdsAre128RandomBits) {
+  Start();
+  ASSERT_TRUE(AwaitState(walfeed::v1::STREAM_STATE_STREAMING));
+  std::set<std::string> ids;
+  std::vector<std::shared_ptr<Session>> sessions;
+  for (int i = 0; i < 200; ++i) {
+    absl::StatusOr<OpenedSession> opened = runtime_->Open("a", std::nullopt, {});
+    ASSERT_THAT(opened.status(), IsOk());
+    const std::string& id = opened->session->id();
+    ASSERT_EQ(id.size(), 32u) << id;
+    ASSERT_TRUE(std::all_of(id.begin(), id.end(),
+                            [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); }))
+        << id;
+    ids.insert(id);
+    sessions.push_back(opened->session);
+  }
+  EXPECT_EQ(ids.size(), 200u);
+  // Consecutive ids share no common prefix beyond chance (a clock or a counter would).
+  EXPECT_NE(sessions[0]->id().substr(0, 8), sessions[1]->id().substr(0, 8));
+  for (const auto& session : sessions) runtime_->Close(session);
 }
 
 }  // namespace

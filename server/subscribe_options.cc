@@ -1,0 +1,70 @@
+#include "server/subscribe_options.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace walfeed::server {
+namespace {
+
+// 0 leaves `*out` at the server's default; otherwise `value` must be in [1, max].
+template <typename T>
+absl::Status Knob(const char* field, uint64_t value, uint64_t max, T* out) {
+  if (value == 0) return absl::OkStatus();
+  if (value > max) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", value, " is out of range: use 1 to ",
+                                                   max, ", or 0 for the server's default"));
+  }
+  *out = static_cast<T>(value);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SessionOptions> SessionOptionsFor(const walfeed::v1::SubscribeRequest& request,
+                                                 const SessionLimits& defaults) {
+  SessionOptions options;
+  absl::StatusOr<EventFilter> filter = EventFilter::Create(request.tables(), request.operations());
+  if (!filter.ok()) return filter.status();
+  options.filter = std::move(*filter);
+  SessionLimits& limits = options.limits;
+  limits = defaults;
+  for (absl::Status status :
+       {Knob("max_batch_events", request.max_batch_events(), kBatchEventsMax,
+             &limits.max_batch_events),
+        Knob("max_batch_bytes", request.max_batch_bytes(), kBatchBytesMax, &limits.max_batch_bytes),
+        Knob("max_unacked_events", request.max_unacked_events(), kUnackedEventsMax,
+             &limits.max_unacked_events),
+        Knob("max_unacked_bytes", request.max_unacked_bytes(), kUnackedBytesMax,
+             &limits.max_unacked_bytes)}) {
+    if (!status.ok()) return status;
+  }
+  limits.max_batch_bytes = std::min(limits.max_batch_bytes, kBatchBytesCap);
+  if (const uint32_t ms = request.progress_interval_ms(); ms != 0) {
+    const absl::Duration interval = absl::Milliseconds(ms);
+    if (interval < kProgressIntervalMin || interval > kProgressIntervalMax) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "progress_interval_ms: ", ms, " is out of range: use ",
+          absl::ToInt64Milliseconds(kProgressIntervalMin), " to ",
+          absl::ToInt64Milliseconds(kProgressIntervalMax), ", or 0 for the server's default"));
+    }
+    limits.progress_interval = interval;
+  }
+  options.ephemeral = request.ephemeral();
+  switch (request.start()) {
+    case walfeed::v1::START_POSITION_UNSPECIFIED:
+    case walfeed::v1::START_POSITION_EARLIEST:
+      break;
+    case walfeed::v1::START_POSITION_LATEST:
+      options.start_latest = true;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("start: ", request.start(),
+                       " is not a StartPosition (START_POSITION_EARLIEST or _LATEST)"));
+  }
+  return options;
+}
+
+}  // namespace walfeed::server
