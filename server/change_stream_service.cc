@@ -317,8 +317,15 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       return reactor;
     }
   }
-  pool_->Run([reactor, response, selected] {
-    for (StreamRuntime* runtime : selected) {
+  // Session ids are what an Ack must name: only callers that may administer a
+  // stream see its consumers' (without tokens, every caller may).
+  std::vector<bool> show_sessions;
+  for (StreamRuntime* runtime : selected) {
+    show_sessions.push_back(Authorize(context, Right::kAdmin, runtime->name()).ok());
+  }
+  pool_->Run([reactor, response, selected, show_sessions] {
+    for (size_t s = 0; s < selected.size(); ++s) {
+      StreamRuntime* runtime = selected[s];
       const RuntimeSnapshot snapshot = runtime->Snapshot();
       walfeed::v1::StreamStatus* stream = response->add_streams();
       stream->set_name(snapshot.name);
@@ -361,7 +368,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
         consumer->set_name(c.name);
         consumer->set_checkpoint(c.checkpoint == replication::EventId{} ? ""
                                                                         : c.checkpoint.ToString());
-        consumer->set_session_id(c.session_id);
+        if (show_sessions[s]) consumer->set_session_id(c.session_id);
         consumer->set_unacked_events(c.unacked_events);
         consumer->set_held_bytes(c.held_bytes);
         // A consumer that never acked lags from where it started, not by 0.

@@ -283,5 +283,48 @@ TEST_F(ConsumersE2eTest, AStoppedConsumerThatHoldsTheStreamIsNamedUntilItIsRemov
       << "the hold ends once the buffer has kept room for a while";
 }
 
+TEST_F(ConsumersE2eTest, SessionIdsAreShownOnlyToAdminsAndResetNeedsTheAdminRight) {
+  constexpr char kSubscriber[] = "orders-subscriber-token-0001";
+  constexpr char kStatusOnly[] = "status-only-token-0000000002";
+  constexpr char kAdmin[] = "admin-and-status-token-00003";
+  const std::string tokens = dir_ + "/tokens";
+  {
+    std::ofstream out(tokens);
+    out << kSubscriber << " subscribe orders\n"
+        << kStatusOnly << " status *\n"
+        << kAdmin << " admin,status orders\n";
+  }
+  StartServer(absl::StrCat(
+      "listen: \"127.0.0.1:0\"\nplaintext: true\nshutdown_timeout: 5s\nauth:\n  tokens_file: ",
+      tokens, "\nstreams:\n", StreamYaml(kStream, kSlot, "public.orders")));
+  std::unique_ptr<Subscription> sub = Subscribe(Request("c"), kSubscriber);
+  ASSERT_TRUE(sub->has_started());
+  GetStatusResponse status;
+  ASSERT_THAT(Status(kStream, &status, kStatusOnly), GrpcOk());
+  ASSERT_EQ(status.streams(0).consumers_size(), 1);
+  EXPECT_EQ(status.streams(0).consumers(0).session_id(), "")
+      << "a session id is what an Ack names: not for a status-only caller";
+  status.Clear();
+  ASSERT_THAT(Status(kStream, &status, kAdmin), GrpcOk());
+  EXPECT_EQ(status.streams(0).consumers(0).session_id(), sub->session_id());
+
+  walfeed::v1::ResetConsumerRequest request;
+  request.set_stream(kStream);
+  request.set_consumer("c");
+  request.set_to_head(true);
+  for (const char* token : {kSubscriber, kStatusOnly}) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    walfeed::v1::ResetConsumerResponse response;
+    EXPECT_THAT(stub_->ResetConsumer(&context, request, &response),
+                GrpcIs(grpc::StatusCode::PERMISSION_DENIED, HasSubstr("admin")))
+        << token;
+  }
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", absl::StrCat("Bearer ", kAdmin));
+  walfeed::v1::ResetConsumerResponse response;
+  EXPECT_THAT(stub_->ResetConsumer(&context, request, &response), GrpcOk());
+}
+
 }  // namespace
 }  // namespace walfeed::server
