@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
@@ -14,16 +15,32 @@
 namespace walfeed::server {
 namespace {
 
-absl::Status ValidateConsumerName(absl::string_view consumer) {
-  const bool ok = !consumer.empty() && consumer.size() <= 63 &&
-                  std::all_of(consumer.begin(), consumer.end(), [](char c) {
+// Stream and consumer names: 1-63 of A-Z a-z 0-9 _ . -
+absl::Status ValidateName(absl::string_view field, absl::string_view name) {
+  const bool ok = !name.empty() && name.size() <= 63 &&
+                  std::all_of(name.begin(), name.end(), [](char c) {
                     return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
                            c == '.' || c == '-';
                   });
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "consumer: \"", consumer.substr(0, 80),
-      "\" is not a valid consumer name: use 1-63 characters of A-Z a-z 0-9 _ . -"));
+  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", absl::CHexEscape(name.substr(0, 80)),
+                                                 "\" is not a valid ", field,
+                                                 " name: use 1-63 characters of A-Z a-z 0-9 _ . -"));
+}
+
+absl::Status ValidateConsumerName(absl::string_view consumer) {
+  return ValidateName("consumer", consumer);
+}
+
+// The id from the Subscribe's `started` frame (32 hex digits); anything empty or
+// far longer is a client bug, not a superseded session.
+absl::Status ValidateSessionId(absl::string_view session_id) {
+  if (!session_id.empty() && session_id.size() <= 64) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      session_id.empty()
+          ? "session_id: empty; send the session_id of the Subscribe call's `started` frame"
+          : "session_id: longer than any session id; send the session_id of the Subscribe "
+            "call's `started` frame");
 }
 
 absl::StatusOr<replication::EventId> ParseId(absl::string_view field, absl::string_view text) {
@@ -148,6 +165,7 @@ absl::Status ChangeStreamService::Authorize(grpc::CallbackServerContext* context
 }
 
 absl::StatusOr<StreamRuntime*> ChangeStreamService::Find(absl::string_view stream) const {
+  if (absl::Status valid = ValidateName("stream", stream); !valid.ok()) return valid;
   auto it = streams_.find(std::string(stream));
   if (it != streams_.end()) return it->second;
   std::string known;
@@ -200,6 +218,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::Ack(grpc::CallbackServerContext* 
   absl::StatusOr<replication::EventId> id = ParseId("event_id", request->event_id());
   if (status.ok() && !runtime.ok()) status = runtime.status();
   if (status.ok()) status = ValidateConsumerName(request->consumer());
+  if (status.ok()) status = ValidateSessionId(request->session_id());
   if (status.ok() && !id.ok()) status = id.status();
   if (!status.ok()) {
     reactor->Finish(ToGrpc(status));

@@ -178,7 +178,8 @@ absl::StatusOr<Readiness> PgReplicationConnection::Wait(bool want_input, absl::T
   Readiness ready;
   if (poll(fds, 2, timeout_ms) < 0) {
     if (errno == EINTR) return ready;
-    return absl::InternalError(absl::StrCat("poll() failed: ", strerror(errno)));
+    // ENOMEM and the like pass; the reader reconnects rather than failing the stream.
+    return absl::UnavailableError(absl::StrCat("poll() failed: ", strerror(errno)));
   }
   ready.input = want_input && (fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0;
   ready.output = (fds[0].revents & POLLOUT) != 0;

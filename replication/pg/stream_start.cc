@@ -29,6 +29,12 @@ absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
     // Fails with the dropped-slot error; Provision must not run first.
     WALFEED_RETURN_IF_ERROR(PlanStart(before, stored).status());
   }
+  if (before.slot && before.slot->wal_status == "lost") {
+    // The same: PlanStart's error names every recovery step (Provision's preflight
+    // would only say to drop the slot, and the stored position would then fail the
+    // next start as a dropped slot).
+    WALFEED_RETURN_IF_ERROR(PlanStart(before, stored).status());
+  }
   PreparedStream prepared;
   WALFEED_ASSIGN_OR_RETURN(prepared.provisioned, Provision(config));
   WALFEED_ASSIGN_OR_RETURN(SlotCheck after, ReadSlotCheck(config, checkpoint_schema));

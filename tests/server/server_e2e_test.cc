@@ -293,6 +293,10 @@ TEST_F(ServerE2eTest, AckAndSubscribeErrorsAreExact) {
       GrpcIs(grpc::StatusCode::NOT_FOUND, AllOf(HasSubstr("\"nope\""), HasSubstr(kStream))));
   EXPECT_THAT(Ack("ghost", session, e[0].id()),
               GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("no consumer \"ghost\"")));
+  EXPECT_THAT(Ack("c", "", e[0].id()),
+              GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("session_id: empty")));
+  EXPECT_THAT(Ack("c", session, e[0].id(), nullptr, ""),
+              GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("stream:")));
   for (const std::string& bad : std::vector<std::string>{"zzz", "0/1", "0/1:x", "0/1:-1", ""}) {
     EXPECT_THAT(Ack("c", session, bad),
                 GrpcIs(grpc::StatusCode::INVALID_ARGUMENT,
@@ -357,8 +361,12 @@ TEST_F(ServerE2eTest, AckAndSubscribeErrorsAreExact) {
   EXPECT_THAT(
       SubscribeError(Request("c", "nope")),
       GrpcIs(grpc::StatusCode::NOT_FOUND, AllOf(HasSubstr("\"nope\""), HasSubstr(kStream))));
-  EXPECT_THAT(SubscribeError(Request("c", "")),
-              GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("stream")));
+  // An empty or malformed name is the client's mistake, not an unknown stream.
+  for (const std::string& bad : std::vector<std::string>{"", "bad name!", std::string(64, 's')}) {
+    EXPECT_THAT(SubscribeError(Request("c", bad)),
+                GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("stream:")))
+        << bad;
+  }
   for (const std::string& bad :
        std::vector<std::string>{"", "bad name!", std::string(64, 'x'), "\xc3\xbc"}) {
     EXPECT_THAT(SubscribeError(Request(bad)),

@@ -264,7 +264,30 @@ TEST_F(InvalidatedSlotTest, InvalidatedSlotStopsTheReaderAndTheNextStart) {
               StatusIs(absl::StatusCode::kDataLoss,
                        AllOf(HasSubstr("wal_status = lost"), HasSubstr("max_slot_wal_keep_size"),
                              HasSubstr("DELETE FROM"))));
-  EXPECT_THAT(Prepare().status(), StatusIs(absl::StatusCode::kDataLoss));
+  reader.Stop().IgnoreError();
+  const absl::Status next = Prepare().status();
+  ASSERT_THAT(next, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("DELETE FROM")));
+
+  // Follow the remedy literally: every SQL statement it names, in order, then
+  // start again. The stream runs (on a new slot) and delivers new changes.
+  const std::string remedy(next.message());
+  std::vector<std::string> statements;
+  for (const std::string prefix : {"SELECT pg_drop_replication_slot(", "DELETE FROM "}) {
+    const size_t at = remedy.find(prefix);
+    ASSERT_NE(at, std::string::npos) << "the remedy names " << prefix << ": " << remedy;
+    // Statements end at the closing parenthesis that ends their mention.
+    const size_t end = prefix[0] == 'S' ? remedy.find("))", at) + 1 : remedy.find(')', at);
+    statements.emplace_back(remedy.substr(at, end - at));
+  }
+  for (const std::string& sql : statements) ASSERT_THAT(pg_->Exec(sql), IsOk()) << sql;
+  absl::StatusOr<PreparedStream> again = Prepare();
+  ASSERT_THAT(again, IsOk()) << "the remedy, followed as written, leads to a running stream";
+  AckTracker fresh(again->plan.start);
+  CollectingSink after;
+  RunningReader running(Options(*again), &fresh, &after, &confirmed, again->plan.start);
+  ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (2, 'after the recovery')"), IsOk());
+  ASSERT_TRUE(after.WaitForEvents(1));
+  EXPECT_THAT(running.Stop(), IsOk());
 }
 
 // Rows written to the partitions of a partitioned table arrive under the
