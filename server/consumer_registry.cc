@@ -101,12 +101,16 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   }
   auto [it, inserted] = consumers_.try_emplace(consumer);
   Consumer& state = it->second;
-  EventId start = state.checkpoint;
+  // A known consumer resumes where it needs: after its checkpoint, or, if it has
+  // not acked yet, after where its first session started.
+  EventId start = NeedsAfter(state);
   if (inserted) {
     // A new consumer starts at the oldest event still held for the stream, or
-    // after the newest: then nothing before it is its to hold.
+    // after the newest. Either way it holds the slot from the stream's durable
+    // position until its first ack: confirming anything for a consumer that has
+    // acked nothing could skip events a later consumer is promised.
     start = options.start_latest ? buffer_.newest() : buffer_.trimmed();
-    (void)tracker_->AddConsumer(consumer, options.start_latest ? start : EventId{});
+    (void)tracker_->AddConsumer(consumer, EventId{});
   }
   if (start_after) start = std::max(start, *start_after);
   state.session_start = start;
@@ -141,14 +145,23 @@ bool ConsumerRegistry::Close(const std::shared_ptr<Session>& session) {
   sessions_.erase(session.get());
   auto it = consumers_.find(session->consumer());
   if (it == consumers_.end() || it->second.active != session) return false;
-  Consumer& state = it->second;
-  state.active.reset();
+  it->second.active.reset();
+  return ForgetIfIdleLocked(session->consumer());
+}
+
+bool ConsumerRegistry::ForgetIfIdleLocked(const std::string& consumer) {
   // A consumer that never acked has no durable position to come back to, so once
-  // its session is gone it holds nothing: neither the buffer nor the slot. If it
-  // subscribes again it is a new consumer.
-  if (state.checkpoint != EventId{} || state.removing || state.acks_in_flight > 0) return false;
+  // it has no session (and nothing of it is in flight) it holds nothing: neither
+  // the buffer nor the slot. If it subscribes again it is a new consumer.
+  auto it = consumers_.find(consumer);
+  if (it == consumers_.end()) return false;
+  const Consumer& state = it->second;
+  if (state.checkpoint != EventId{} || state.active || state.removing || state.resetting ||
+      state.acks_in_flight > 0) {
+    return false;
+  }
   consumers_.erase(it);
-  if (tracker_ != nullptr) (void)tracker_->RemoveConsumer(session->consumer());
+  if (tracker_ != nullptr) (void)tracker_->RemoveConsumer(consumer);
   TrimLocked();
   return true;
 }
@@ -246,7 +259,13 @@ absl::StatusOr<ConsumerRegistry::AckTicket> ConsumerRegistry::BeginAck(
         state.active ? absl::StrCat(" (superseded by ", state.active->id(), ")") : " (it ended)",
         ": acks must come from the newest Subscribe, which resumes after the checkpoint"));
   }
-  if (id <= state.checkpoint) return AckTicket{/*noop=*/true, state.checkpoint};
+  // At or below what it already acked (or, before its first ack, where its
+  // session started): nothing to store. The window still shrinks: a session that
+  // took over may hold redelivered events an earlier session's ack covered.
+  if (id <= NeedsAfter(state)) {
+    sessions_.at(state.active.get()).framer.Acked(id);
+    return AckTicket{/*noop=*/true, state.checkpoint};
+  }
   const EventId passed = sessions_.at(state.active.get()).framer.cursor();
   if (passed < id) {
     return absl::OutOfRangeError(absl::StrCat(
@@ -276,6 +295,7 @@ EventId ConsumerRegistry::FinishAck(const std::string& consumer, EventId id, Ses
 void ConsumerRegistry::AbandonAck(const std::string& consumer) {
   absl::MutexLock lock(&mu_);
   if (auto it = consumers_.find(consumer); it != consumers_.end()) --it->second.acks_in_flight;
+  ForgetIfIdleLocked(consumer);
 }
 
 absl::StatusOr<std::shared_ptr<Session>> ConsumerRegistry::BeginRemove(
@@ -329,6 +349,7 @@ void ConsumerRegistry::FinishRemove(const std::string& consumer, SessionList* wa
 void ConsumerRegistry::AbandonRemove(const std::string& consumer) {
   absl::MutexLock lock(&mu_);
   if (auto it = consumers_.find(consumer); it != consumers_.end()) it->second.removing = false;
+  ForgetIfIdleLocked(consumer);
 }
 
 absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
@@ -392,6 +413,7 @@ void ConsumerRegistry::FinishReset(const std::string& consumer, EventId target,
     it->second.resetting = false;
     it->second.checkpoint = std::max(it->second.checkpoint, target);
   }
+  ForgetIfIdleLocked(consumer);  // A reset to nothing of one that never acked.
   TrimLocked();
   *wake = TakeWaitingLocked();
 }
@@ -399,13 +421,22 @@ void ConsumerRegistry::FinishReset(const std::string& consumer, EventId target,
 void ConsumerRegistry::AbandonReset(const std::string& consumer) {
   absl::MutexLock lock(&mu_);
   if (auto it = consumers_.find(consumer); it != consumers_.end()) it->second.resetting = false;
+  ForgetIfIdleLocked(consumer);
 }
 
 void ConsumerRegistry::TrimLocked() {
   // With no consumer yet nothing is dropped: the slot does not advance without
   // one either, so the reader simply waits (backpressure) and the first consumer
   // gets everything from the stream's position, whenever it subscribes.
-  if (consumers_.empty()) return;
+  //
+  // Until some consumer has a durable checkpoint nothing is dropped either: the
+  // slot is not confirmed past anything then, so a consumer that arrives later
+  // (or the first one after one that left without acking) still gets everything.
+  bool any_durable = false;
+  for (const auto& [name, consumer] : consumers_) {
+    any_durable = any_durable || consumer.checkpoint != EventId{};
+  }
+  if (!any_durable) return;
   EventId floor = NeedsAfter(consumers_.begin()->second);
   for (const auto& [name, consumer] : consumers_) floor = std::min(floor, NeedsAfter(consumer));
   buffer_.TrimThrough(floor);

@@ -231,6 +231,9 @@ class ConsumerRegistry {
                                      absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionList EndAllLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionList TakeWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets `consumer` if it never acked and has no session, nothing in flight
+  // and no removal or reset running; true if it did.
+  bool ForgetIfIdleLocked(const std::string& consumer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Registers a new session starting after `start`.
   std::shared_ptr<Session> AddSessionLocked(const std::string& consumer, SessionOptions options,
                                             EventId start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -42,7 +42,9 @@ bool SessionFramer::Next(const StreamBuffer& buffer, const Context& context, abs
   const replication::Lsn from = context.checkpoint.commit_lsn;
   progress->set_lag_bytes(from.valid() && server_end > from ? server_end.value() - from.value()
                                                             : 0);
-  progress->set_passed(IdText(cursor_));
+  // Only what this session passed: its start is the consumer's business already
+  // (and, for one that never acked, not something the server could store).
+  if (cursor_ > start_) progress->set_passed(cursor_.ToString());
   response.SerializeToString(frame);
   last_frame_ = now;
   return true;

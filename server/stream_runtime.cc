@@ -2,9 +2,12 @@
 
 #include <sys/random.h>
 
+#include <cerrno>
+
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/random/random.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/stream_log.h"
@@ -21,7 +24,14 @@ std::string NewSessionId() {
   size_t got = 0;
   while (got < sizeof(bytes)) {
     const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);  // EINTR: try again; nothing else fails here.
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      // No getrandom (an old seccomp profile): Abseil's generator, seeded from
+      // the OS, still gives ids that do not follow from one another.
+      absl::BitGen random;
+      for (; got < sizeof(bytes); ++got) bytes[got] = absl::Uniform<uint8_t>(random);
+    }
   }
   return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
@@ -111,8 +121,12 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
   if (!ticket.ok()) return ticket.status();
   if (ticket->noop) return AckOutcome{ticket->checkpoint, source_->stats().confirmed_sent};
   // Until the durable write is over the ack counts as in flight (a removal of
-  // the consumer waits for it); the early returns give it back.
-  absl::Cleanup abandon = [this, &consumer] { registry_.AbandonAck(consumer); };
+  // the consumer waits for it); the early returns give it back (which may forget
+  // a consumer that never acked and has left, so the reader may have room).
+  absl::Cleanup abandon = [this, &consumer] {
+    registry_.AbandonAck(consumer);
+    source_->Wake();
+  };
   replication::AckTracker* tracker = tracker_.load();
   absl::Status delivered = tracker->CheckDelivered(id);
   if (!delivered.ok()) return delivered;
@@ -143,6 +157,7 @@ absl::StatusOr<EventId> StreamRuntime::RemoveConsumer(const std::string& consume
   absl::Status removed = source_->committer()->RemoveConsumer(name(), consumer);
   if (!removed.ok()) {
     registry_.AbandonRemove(consumer);
+    source_->Wake();
     return absl::UnavailableError(absl::StrCat("could not store the removal of consumer \"",
                                                consumer, "\": ", removed.message(),
                                                "; it is kept, retry"));
@@ -169,6 +184,7 @@ absl::StatusOr<StreamRuntime::ResetOutcome> StreamRuntime::ResetConsumer(
     absl::Status durable = source_->committer()->AckDurably(name(), consumer, target);
     if (!durable.ok()) {
       registry_.AbandonReset(consumer);
+      source_->Wake();
       return absl::UnavailableError(absl::StrCat("could not store the reset of consumer \"",
                                                  consumer, "\": ", durable.message(),
                                                  "; its checkpoint is unchanged, retry"));

@@ -181,7 +181,11 @@ absl::StatusOr<Readiness> PgReplicationConnection::Wait(bool want_input, absl::T
     // ENOMEM and the like pass; the reader reconnects rather than failing the stream.
     return absl::UnavailableError(absl::StrCat("poll() failed: ", strerror(errno)));
   }
-  ready.input = want_input && (fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0;
+  // A hang-up or error is reported whether or not input was wanted (poll() sets
+  // them regardless): the caller must consume it to see the broken connection,
+  // or a full sink would make it spin on a dead socket.
+  ready.input = (want_input && (fds[0].revents & POLLIN) != 0) ||
+                (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) != 0;
   ready.output = (fds[0].revents & POLLOUT) != 0;
   ready.woken = fds[1].revents != 0;
   return ready;

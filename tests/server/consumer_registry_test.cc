@@ -400,5 +400,79 @@ TEST_F(ConsumerRegistryTest, AFullBufferNamesTheConsumerItWaitsForOnceEachWay) {
   EXPECT_EQ(registry.Snapshot().held_by, "");
 }
 
+TEST_F(ConsumerRegistryTest, NothingIsDroppedUntilSomeConsumerHasADurableCheckpoint) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  Deliver(registry, 0x100, 3);
+  SessionOptions latest;
+  latest.start_latest = true;
+  absl::StatusOr<OpenedSession> l = registry.Open("l", std::nullopt, latest);
+  ASSERT_THAT(l.status(), IsOk());
+  Deliver(registry, 0x200, 1);
+  EXPECT_EQ(registry.Snapshot().buffered_events, 4u)
+      << "a consumer that never acked does not let events go that a later one is promised";
+  EXPECT_TRUE(registry.Close(l->session));
+  absl::StatusOr<OpenedSession> first = registry.Open("first", std::nullopt, {});
+  ASSERT_THAT(first.status(), IsOk());
+  EXPECT_THAT(Drain(registry, *first->session), SizeIs(4));
+}
+
+TEST_F(ConsumerRegistryTest, ANeverAckedConsumerResumesWhereItStartedAndAcksAtItsStartAreNoOps) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {{"durable", Id(0x100, 0)}}, EventId{});
+  Deliver(registry, 0x100, 2);
+  SessionOptions latest;
+  latest.start_latest = true;
+  absl::StatusOr<OpenedSession> first = registry.Open("l", std::nullopt, latest);
+  ASSERT_THAT(first.status(), IsOk());
+  absl::StatusOr<ConsumerRegistry::AckTicket> at_start =
+      registry.BeginAck("l", first->session->id(), Id(0x100, 1));
+  ASSERT_THAT(at_start.status(), IsOk()) << "at its start: never OUT_OF_RANGE";
+  EXPECT_TRUE(at_start->noop) << "nothing to store";
+  absl::StatusOr<OpenedSession> second = registry.Open("l", std::nullopt, latest);
+  ASSERT_THAT(second.status(), IsOk());
+  EXPECT_EQ(second->start_after, Id(0x100, 1)) << "a takeover keeps its start, not EventId{}";
+}
+
+TEST_F(ConsumerRegistryTest, AnAbandonedAckOfAConsumerThatLeftForgetsIt) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {{"durable", Id(0x50, 0)}}, EventId{});
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  Deliver(registry, 0x100, 1);
+  Drain(registry, *a->session);
+  ASSERT_THAT(registry.BeginAck("a", a->session->id(), Id(0x100, 0)).status(), IsOk());
+  EXPECT_FALSE(registry.Close(a->session)) << "an ack is in flight";
+  EXPECT_THAT(registry.Snapshot().consumers, SizeIs(2));
+  registry.AbandonAck("a");  // Its durable write failed.
+  EXPECT_THAT(registry.Snapshot().consumers, SizeIs(1)) << "not left behind holding the stream";
+}
+
+TEST_F(ConsumerRegistryTest, ANoOpAckStillShrinksTheWindowOfARedeliveringSession) {
+  ConsumerRegistry registry(Options());
+  registry.Load(&tracker_, {}, EventId{});
+  SessionOptions small;
+  small.limits.max_unacked_events = 1;
+  absl::StatusOr<OpenedSession> first = registry.Open("a", std::nullopt, small);
+  ASSERT_THAT(first.status(), IsOk());
+  Deliver(registry, 0x100, 2);
+  Drain(registry, *first->session);
+  // The first session's ack is in flight when a second session takes over.
+  ASSERT_THAT(registry.BeginAck("a", first->session->id(), Id(0x100, 0)).status(), IsOk());
+  absl::StatusOr<OpenedSession> second = registry.Open("a", std::nullopt, small);
+  ASSERT_THAT(second.status(), IsOk());
+  EXPECT_THAT(Drain(registry, *second->session), ElementsAre(Id(0x100, 0).ToString()));
+  ASSERT_THAT(tracker_.Ack("a", Id(0x100, 0)), IsOk());
+  SessionList wake;
+  registry.FinishAck("a", Id(0x100, 0), &wake);
+  // The redelivered event is at the checkpoint now: its ack is a no-op, and it
+  // must still leave the window, or the session would never get another event.
+  absl::StatusOr<ConsumerRegistry::AckTicket> noop =
+      registry.BeginAck("a", second->session->id(), Id(0x100, 0));
+  ASSERT_THAT(noop.status(), IsOk());
+  EXPECT_TRUE(noop->noop);
+  EXPECT_THAT(Drain(registry, *second->session), ElementsAre(Id(0x100, 1).ToString()));
+}
+
 }  // namespace
 }  // namespace walfeed::server

@@ -125,6 +125,15 @@ TEST_F(SessionFramerTest, ABatchCutShortByTheFilterSaysHowFarItPassed) {
   EXPECT_EQ(framer.unacked_events(), 2u) << "filtered events are not in the window";
 }
 
+TEST_F(SessionFramerTest, ASessionThatPassedNothingReportsNoPassedPosition) {
+  SessionFramer framer(options_, Id(0x80, 2), kT0);
+  bool sent = false;
+  Next(framer, kT0, &sent);  // started
+  walfeed::v1::SubscribeResponse progress = Next(framer, kT0 + absl::Seconds(10), &sent);
+  ASSERT_TRUE(progress.has_progress());
+  EXPECT_EQ(progress.progress().passed(), "") << "its start is not something it passed";
+}
+
 TEST_F(SessionFramerTest, ABatchEndingAtItsLastEventCarriesNoPassedPosition) {
   Fill(0x100, 3);
   SessionFramer framer(options_, EventId{}, kT0);
