@@ -268,7 +268,10 @@ TEST_F(ServerE2eTest, NewerSubscribeSupersedesAndFencesTheOlderSession) {
   // The old session stays fenced, even for an id the checkpoint already covers.
   EXPECT_THAT(Ack("c", first->session_id(), id),
               GrpcIs(grpc::StatusCode::ABORTED, HasSubstr("superseded")));
-  EXPECT_THAT(Ack("c", "", id), GrpcIs(grpc::StatusCode::ABORTED, HasSubstr("not the active")));
+  EXPECT_THAT(Ack("c", "not-a-session", id),
+              GrpcIs(grpc::StatusCode::ABORTED, HasSubstr("not the active")));
+  // An empty session id is the client's mistake, not a superseded session.
+  EXPECT_THAT(Ack("c", "", id), GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("session_id")));
 }
 
 // ---------------------------------------------------------------------------

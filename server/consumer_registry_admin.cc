@@ -1,0 +1,218 @@
+// ConsumerRegistry, the operators' side (consumer_registry.h): removing and
+// resetting consumers, and what the registry tells about who holds the stream
+// (full-buffer episodes, snapshots for GetStatus).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/consumer_registry.h"  // IWYU pragma: associated
+
+namespace walfeed::server {
+
+absl::StatusOr<std::shared_ptr<Session>> ConsumerRegistry::BeginRemove(
+    const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  // The stream's own state first: before it is loaded, consumers_ is not
+  // complete and "no such consumer" would be a lie.
+  if (failed_) return *failed_;
+  if (stopping_) return absl::UnavailableError("walfeed-server is stopping");
+  if (!loaded_) return options_.not_ready();
+  auto it = consumers_.find(consumer);
+  if (it == consumers_.end()) {
+    return absl::NotFoundError(absl::StrCat("stream \"", options_.stream, "\" has no consumer \"",
+                                            consumer, "\" (never subscribed, or already removed)"));
+  }
+  Consumer& state = it->second;
+  if (state.removing || state.resetting) {
+    return absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" is being ",
+                                           state.removing ? "removed" : "reset",
+                                           " by another call"));
+  }
+  state.removing = true;
+  std::shared_ptr<Session> ended;
+  if (state.active) {
+    ended = EndLocked(state.active, absl::AbortedError(absl::StrCat(
+                                        "consumer \"", consumer, "\" was removed (RemoveConsumer)")));
+    state.active.reset();
+  }
+  return ended;
+}
+
+EventId ConsumerRegistry::AwaitAcksLanded(const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  auto none_in_flight = [this, &consumer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = consumers_.find(consumer);
+    return it == consumers_.end() || it->second.acks_in_flight == 0;
+  };
+  mu_.Await(absl::Condition(&none_in_flight));
+  auto it = consumers_.find(consumer);
+  return it == consumers_.end() ? EventId{} : it->second.checkpoint;
+}
+
+void ConsumerRegistry::FinishRemove(const std::string& consumer, SessionList* wake) {
+  absl::MutexLock lock(&mu_);
+  consumers_.erase(consumer);
+  (void)tracker_->RemoveConsumer(consumer);
+  TrimLocked();
+  *wake = TakeWaitingLocked();
+}
+
+void ConsumerRegistry::AbandonRemove(const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = consumers_.find(consumer); it != consumers_.end()) it->second.removing = false;
+  ForgetIfIdleLocked(consumer);
+}
+
+absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
+    const std::string& consumer, std::optional<EventId> to) {
+  absl::MutexLock lock(&mu_);
+  if (failed_) return *failed_;
+  if (stopping_) return absl::UnavailableError("walfeed-server is stopping");
+  if (!loaded_) return options_.not_ready();
+  auto it = consumers_.find(consumer);
+  if (it == consumers_.end()) {
+    return absl::NotFoundError(absl::StrCat("stream \"", options_.stream, "\" has no consumer \"",
+                                            consumer, "\" (never subscribed, or removed)"));
+  }
+  Consumer& state = it->second;
+  if (state.removing || state.resetting) {
+    return absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" is being ",
+                                           state.removing ? "removed" : "reset",
+                                           " by another call"));
+  }
+  ResetTicket ticket;
+  ticket.previous = state.checkpoint;
+  if (!to) {
+    ticket.target = std::max(state.checkpoint, buffer_.newest());
+  } else {
+    if (*to < state.checkpoint) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot reset consumer \"", consumer, "\" to ", to->ToString(),
+          ": its checkpoint is already ", state.checkpoint.ToString(),
+          " and checkpoints only move forward (to read events again, a new consumer "
+          "can start_after an id the server still holds)"));
+    }
+    if (*to > buffer_.newest()) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "cannot reset consumer \"", consumer, "\" to ", to->ToString(),
+          ": the newest event stream \"", options_.stream, "\" holds is ",
+          buffer_.newest() == EventId{} ? "none yet" : buffer_.newest().ToString(),
+          "; use --to-head, or wait until the event was read"));
+    }
+    // The last event at or below `to` (the tracker confirms only real events).
+    ticket.target = state.checkpoint;
+    for (auto e = buffer_.After(state.checkpoint); e != buffer_.end() && e->id <= *to; ++e) {
+      ticket.target = e->id;
+    }
+  }
+  state.resetting = true;
+  if (state.active) {
+    ticket.ended = EndLocked(
+        state.active,
+        absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" was reset to ",
+                                        ticket.target.ToString(),
+                                        " (ResetConsumer); resubscribe to resume after it")));
+    state.active.reset();
+  }
+  return ticket;
+}
+
+void ConsumerRegistry::FinishReset(const std::string& consumer, EventId target,
+                                   SessionList* wake) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = consumers_.find(consumer); it != consumers_.end()) {
+    it->second.resetting = false;
+    it->second.checkpoint = std::max(it->second.checkpoint, target);
+  }
+  ForgetIfIdleLocked(consumer);  // A reset to nothing of one that never acked.
+  TrimLocked();
+  *wake = TakeWaitingLocked();
+}
+
+void ConsumerRegistry::AbandonReset(const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = consumers_.find(consumer); it != consumers_.end()) it->second.resetting = false;
+  ForgetIfIdleLocked(consumer);
+}
+
+bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
+  absl::MutexLock lock(&mu_);
+  const bool room = buffer_.HasRoom(options_.buffer_bytes);
+  const absl::Time now = absl::Now();
+  if (!room) {
+    // The consumer with the lowest checkpoint keeps the oldest events.
+    const std::string* holder = nullptr;
+    EventId lowest;
+    for (const auto& [name, consumer] : consumers_) {
+      if (holder == nullptr || NeedsAfter(consumer) < lowest) {
+        holder = &name;
+        lowest = NeedsAfter(consumer);
+      }
+    }
+    const std::string name = holder != nullptr ? *holder : std::string();
+    if (hold_) {
+      hold_->room_since.reset();  // Still (or again) held: the episode goes on.
+      hold_->holder = name;
+      return room;
+    }
+    hold_ = Hold{name, now, std::nullopt};
+    if (change != nullptr) *change = HoldChange{true, name, buffer_.bytes(), absl::ZeroDuration()};
+    return room;
+  }
+  if (!hold_) return room;
+  // A slow consumer that keeps acking fills the buffer again and again: the
+  // episode ends only after the buffer had room for kHoldSettle.
+  if (!hold_->room_since) hold_->room_since = now;
+  if (now - *hold_->room_since < kHoldSettle) return room;
+  if (change != nullptr) *change = HoldChange{false, hold_->holder, 0, now - hold_->since};
+  hold_.reset();
+  return room;
+}
+
+uint64_t ConsumerRegistry::BytesBetweenLocked(EventId from,
+                                              std::optional<EventId> through) const {
+  uint64_t bytes = 0;
+  for (auto it = buffer_.After(from); it != buffer_.end() && (!through || it->id <= *through);
+       ++it) {
+    bytes += it->bytes;
+  }
+  return bytes;
+}
+
+RegistrySnapshot ConsumerRegistry::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  RegistrySnapshot snapshot;
+  snapshot.buffered_events = buffer_.size();
+  snapshot.buffered_bytes = buffer_.bytes();
+  for (const auto& [key, entry] : sessions_) {
+    if (entry.session->options().ephemeral && !entry.end) ++snapshot.ephemeral_sessions;
+  }
+  if (hold_) {
+    snapshot.held_by = hold_->holder;
+    snapshot.held_since = hold_->since;
+  }
+  for (const auto& [name, consumer] : consumers_) {
+    ConsumerSnapshot c;
+    c.name = name;
+    c.checkpoint = consumer.checkpoint;
+    c.position = consumer.checkpoint != EventId{} ? consumer.checkpoint : consumer.session_start;
+    if (consumer.active) {
+      c.session_id = consumer.active->id();
+      c.unacked_events = sessions_.at(consumer.active.get()).framer.unacked_events();
+    }
+    // What it alone holds: after its checkpoint, up to the lowest other one.
+    std::optional<EventId> others;
+    for (const auto& [other_name, other] : consumers_) {
+      if (other_name != name) {
+        others = std::min(others.value_or(NeedsAfter(other)), NeedsAfter(other));
+      }
+    }
+    c.held_bytes = BytesBetweenLocked(NeedsAfter(consumer), others);
+    snapshot.consumers.push_back(std::move(c));
+  }
+  std::sort(snapshot.consumers.begin(), snapshot.consumers.end(),
+            [](const ConsumerSnapshot& a, const ConsumerSnapshot& b) { return a.name < b.name; });
+  return snapshot;
+}
+
+}  // namespace walfeed::server
