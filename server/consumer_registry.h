@@ -231,6 +231,10 @@ class ConsumerRegistry {
                                      absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionList EndAllLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionList TakeWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The consumer a removal or reset acts on: the stream's failure, UNAVAILABLE
+  // (stopping, not loaded), NOT_FOUND, or ABORTED while another one runs.
+  absl::StatusOr<Consumer*> AdminTargetLocked(const std::string& consumer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets `consumer` if it never acked and has no session, nothing in flight
   // and no removal or reset running; true if it did.
   bool ForgetIfIdleLocked(const std::string& consumer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -9,9 +9,8 @@
 
 namespace walfeed::server {
 
-absl::StatusOr<std::shared_ptr<Session>> ConsumerRegistry::BeginRemove(
+absl::StatusOr<ConsumerRegistry::Consumer*> ConsumerRegistry::AdminTargetLocked(
     const std::string& consumer) {
-  absl::MutexLock lock(&mu_);
   // The stream's own state first: before it is loaded, consumers_ is not
   // complete and "no such consumer" would be a lie.
   if (failed_) return *failed_;
@@ -28,6 +27,15 @@ absl::StatusOr<std::shared_ptr<Session>> ConsumerRegistry::BeginRemove(
                                            state.removing ? "removed" : "reset",
                                            " by another call"));
   }
+  return &state;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> ConsumerRegistry::BeginRemove(
+    const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Consumer*> found = AdminTargetLocked(consumer);
+  if (!found.ok()) return found.status();
+  Consumer& state = **found;
   state.removing = true;
   std::shared_ptr<Session> ended;
   if (state.active) {
@@ -66,20 +74,9 @@ void ConsumerRegistry::AbandonRemove(const std::string& consumer) {
 absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
     const std::string& consumer, std::optional<EventId> to) {
   absl::MutexLock lock(&mu_);
-  if (failed_) return *failed_;
-  if (stopping_) return absl::UnavailableError("walfeed-server is stopping");
-  if (!loaded_) return options_.not_ready();
-  auto it = consumers_.find(consumer);
-  if (it == consumers_.end()) {
-    return absl::NotFoundError(absl::StrCat("stream \"", options_.stream, "\" has no consumer \"",
-                                            consumer, "\" (never subscribed, or removed)"));
-  }
-  Consumer& state = it->second;
-  if (state.removing || state.resetting) {
-    return absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" is being ",
-                                           state.removing ? "removed" : "reset",
-                                           " by another call"));
-  }
+  absl::StatusOr<Consumer*> found = AdminTargetLocked(consumer);
+  if (!found.ok()) return found.status();
+  Consumer& state = **found;
   ResetTicket ticket;
   ticket.previous = state.checkpoint;
   if (!to) {

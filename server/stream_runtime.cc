@@ -259,6 +259,7 @@ void StreamRuntime::OnDisconnected(const absl::Status& why) {
 
 RuntimeSnapshot StreamRuntime::Snapshot() const {
   RuntimeSnapshot snapshot;
+  static_cast<RegistrySnapshot&>(snapshot) = registry_.Snapshot();
   snapshot.name = name();
   snapshot.slot_name = options_.source.config.slot_name;
   const StreamSupervisor::State state = supervisor_.state();
@@ -267,14 +268,7 @@ RuntimeSnapshot StreamRuntime::Snapshot() const {
   const replication::ReaderStats stats = source_->stats();
   snapshot.server_wal_end = stats.server_wal_end;
   snapshot.confirmed = stats.confirmed_sent;
-  RegistrySnapshot registry = registry_.Snapshot();
   snapshot.stream_start = Lsn(stream_start_.load());
-  snapshot.buffered_events = registry.buffered_events;
-  snapshot.buffered_bytes = registry.buffered_bytes;
-  snapshot.ephemeral_sessions = registry.ephemeral_sessions;
-  snapshot.held_by = registry.held_by;
-  snapshot.held_since = registry.held_since;
-  snapshot.consumers = std::move(registry.consumers);
   return snapshot;
 }
 

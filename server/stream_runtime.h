@@ -60,7 +60,8 @@ struct AckOutcome {
   Lsn confirmed;  // Last flush position sent to PostgreSQL.
 };
 
-struct RuntimeSnapshot {
+// The registry's view (buffer, consumers, holds) and the stream's state.
+struct RuntimeSnapshot : RegistrySnapshot {
   std::string name;
   std::string slot_name;
   walfeed::v1::StreamState state = walfeed::v1::STREAM_STATE_CONNECTING;
@@ -68,12 +69,6 @@ struct RuntimeSnapshot {
   Lsn server_wal_end;  // Newest position heard from the walsender.
   Lsn confirmed;       // Last flush position sent.
   Lsn stream_start;    // Where the stream started streaming in this process.
-  size_t buffered_events = 0;
-  size_t buffered_bytes = 0;
-  size_t ephemeral_sessions = 0;
-  std::string held_by;  // While the buffer is full: the consumer it waits for.
-  absl::Time held_since;
-  std::vector<ConsumerSnapshot> consumers;  // In name order.
 };
 
 class StreamRuntime : public replication::StreamSink {
