@@ -113,7 +113,8 @@ void StopOnSignals() {
   }).detach();  // Lives until the process exits.
 }
 
-int Tail(const TailFlags& flags, bool* reached) {
+// `*reached`: --count or --until was reached; `*subscribed`: a session started.
+int Tail(const TailFlags& flags, bool* reached, std::atomic<bool>* subscribed) {
   absl::StatusOr<SubscriberOptions> connection = Connection(flags.common);
   if (!connection.ok()) return Fail(connection.status());
   SubscriberOptions options = *std::move(connection);
@@ -129,7 +130,8 @@ int Tail(const TailFlags& flags, bool* reached) {
   // --ack, what the filters left out is acked too (Progress.passed).
   options.ack = AckPolicy::Manual();
   options.ack_passed_when_manual = flags.ack;
-  options.on_started = [&flags](const SessionInfo& session) {
+  options.on_started = [&flags, subscribed](const SessionInfo& session) {
+    *subscribed = true;
     if (flags.consumer.empty()) {
       std::cerr << "subscribed to " << flags.stream << " (ephemeral: no checkpoint; session "
                 << session.session_id << ", after "
@@ -191,7 +193,8 @@ int Tail(const TailFlags& flags, bool* reached) {
 
 int TailWithTimeout(const TailFlags& flags) {
   bool reached = false;
-  if (flags.timeout == absl::InfiniteDuration()) return Tail(flags, &reached);
+  std::atomic<bool> subscribed{false};
+  if (flags.timeout == absl::InfiniteDuration()) return Tail(flags, &reached, &subscribed);
   absl::Notification done;
   std::atomic<bool> timed_out{false};
   std::thread watchdog([&] {
@@ -200,9 +203,16 @@ int TailWithTimeout(const TailFlags& flags) {
       StopSwitch::Get().Request();
     }
   });
-  int code = Tail(flags, &reached);
+  int code = Tail(flags, &reached, &subscribed);
   done.Notify();
   watchdog.join();
+  if (code == kExitOk && timed_out && !subscribed) {
+    // The server never let us in (down, unreachable, the stream still
+    // connecting): a timeout without a subscription is a failure, not quiet.
+    std::cerr << "walfeed: timed out after " << absl::FormatDuration(flags.timeout)
+              << " without subscribing (see the 'waiting:' lines above for why)" << std::endl;
+    return kExitRuntime;
+  }
   if (code == kExitOk && timed_out && !reached && (flags.count > 0 || flags.until)) {
     std::cerr << "walfeed: timed out after " << absl::FormatDuration(flags.timeout) << " before "
               << (flags.count > 0 ? "--count" : "--until") << " was reached" << std::endl;
@@ -295,7 +305,10 @@ int Main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<Invocation> invocation = ParseCommandLine(args);
   if (!invocation.ok()) {
-    std::cerr << "walfeed: " << invocation.status().message() << "\n\n" << UsageFor(args);
+    // The one line that says what is wrong, and where the rest is.
+    std::cerr << "walfeed: " << invocation.status().message() << "\n"
+              << "see `walfeed " << (args.empty() ? std::string("--help") : args[0] + " --help")
+              << "`" << std::endl;
     return kExitUsage;
   }
   switch (invocation->command) {

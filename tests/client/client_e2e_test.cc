@@ -801,6 +801,13 @@ TEST_F(ClientE2eTest, StatusShowsTheSlotAndConsumersAndExitCodesAreDocumented) {
   Child usage({"tail", "--stream", kStream, "--ack"}, dir_, "usage");
   EXPECT_EQ(usage.WaitForExit(), 2);
   EXPECT_THAT(usage.err(), HasSubstr("--ack needs --consumer"));
+  EXPECT_THAT(usage.err(), HasSubstr("see `walfeed tail --help`"));
+  EXPECT_THAT(usage.err(), Not(HasSubstr("JSON fields"))) << "one line, not the whole help";
+  // Nothing listens there: the tail never subscribes, and says so with exit 1.
+  Child nowhere({"tail", "--server", "127.0.0.1:1", "--stream", kStream, "--timeout", "2"}, dir_,
+                "nowhere");
+  EXPECT_EQ(nowhere.WaitForExit(), 1) << nowhere.err();
+  EXPECT_THAT(nowhere.err(), HasSubstr("without subscribing"));
 }
 
 TEST_F(ClientE2eTest, TailWithoutAConsumerIsEphemeralAndResetConsumerSkipsEvents) {
