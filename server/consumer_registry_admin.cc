@@ -135,6 +135,7 @@ void ConsumerRegistry::AbandonReset(const std::string& consumer) {
 bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
   absl::MutexLock lock(&mu_);
   const bool room = buffer_.HasRoom(options_.buffer_bytes);
+  if (room && !hold_) return room;  // The common case, per frame: nothing to do.
   const absl::Time now = absl::Now();
   if (!room) {
     // The consumer with the lowest checkpoint keeps the oldest events.
@@ -156,7 +157,6 @@ bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
     if (change != nullptr) *change = HoldChange{true, name, buffer_.bytes(), absl::ZeroDuration()};
     return room;
   }
-  if (!hold_) return room;
   // A slow consumer that keeps acking fills the buffer again and again: the
   // episode ends only after the buffer had room for kHoldSettle.
   if (!hold_->room_since) hold_->room_since = now;

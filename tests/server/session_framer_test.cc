@@ -41,6 +41,14 @@ class SessionFramerTest : public ::testing::Test {
     return FrameIds(frame);
   }
 
+  void OnlyTable(const std::string& pattern) {
+    google::protobuf::RepeatedPtrField<std::string> tables;
+    tables.Add(std::string(pattern));
+    absl::StatusOr<EventFilter> filter = EventFilter::Create(tables, {});
+    ASSERT_THAT(filter.status(), IsOk());
+    options_.filter = *filter;
+  }
+
   StreamBuffer buffer_;
   SessionFramer::Context context_{"s-1", EventId{}, "slot_a",
                                   [] { return replication::Lsn(0x5000); }};
@@ -89,11 +97,7 @@ TEST_F(SessionFramerTest, TheUnackedWindowStopsDeliveryUntilAcked) {
 TEST_F(SessionFramerTest, FilteredEventsMoveTheCursorWithoutFillingTheWindow) {
   Fill(0x100, 3, "skipped");
   Fill(0x200, 2, "wanted");
-  google::protobuf::RepeatedPtrField<std::string> tables;
-  tables.Add("public.wanted");
-  absl::StatusOr<EventFilter> filter = EventFilter::Create(tables, {});
-  ASSERT_THAT(filter.status(), IsOk());
-  options_.filter = *filter;
+  ASSERT_NO_FATAL_FAILURE(OnlyTable("public.wanted"));
   SessionFramer framer(options_, EventId{}, kT0);
   ASSERT_THAT(NextIds(framer), IsEmpty());
   EXPECT_THAT(NextIds(framer), ElementsAre(Id(0x200, 0).ToString(), Id(0x200, 1).ToString()));
@@ -104,11 +108,7 @@ TEST_F(SessionFramerTest, FilteredEventsMoveTheCursorWithoutFillingTheWindow) {
 TEST_F(SessionFramerTest, ABatchCutShortByTheFilterSaysHowFarItPassed) {
   Fill(0x100, 2, "wanted");
   Fill(0x200, 3, "skipped");
-  google::protobuf::RepeatedPtrField<std::string> tables;
-  tables.Add("public.wanted");
-  absl::StatusOr<EventFilter> filter = EventFilter::Create(tables, {});
-  ASSERT_THAT(filter.status(), IsOk());
-  options_.filter = *filter;
+  ASSERT_NO_FATAL_FAILURE(OnlyTable("public.wanted"));
   SessionFramer framer(options_, EventId{}, kT0);
   bool sent = false;
   Next(framer, kT0, &sent);  // started
