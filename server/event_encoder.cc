@@ -16,10 +16,7 @@ BufferedEvent EventEncoder::Encode(const replication::ChangeEvent& event) {
     converted->SerializeToString(&encoded.serialized);
     encoded.key = FilterKey::Of(*converted);
   }
-  encoded.bytes = encoded.serialized.size() + sizeof(BufferedEvent);
-  for (const auto& [schema, table] : encoded.key.tables) {
-    encoded.bytes += schema.size() + table.size();  // Beyond what sizeof counts, roughly.
-  }
+  encoded.bytes = BufferedBytes(encoded);
   return encoded;
 }
 

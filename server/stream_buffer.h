@@ -19,18 +19,9 @@
 
 #include "absl/status/status.h"
 #include "replication/event_id.h"
-#include "server/filter.h"
+#include "server/buffered_event.h"
 
 namespace walfeed::server {
-
-using replication::EventId;
-
-struct BufferedEvent {
-  EventId id;
-  size_t bytes = 0;        // What the event costs in the buffer.
-  std::string serialized;  // walfeed.v1.ChangeEvent, wire format.
-  FilterKey key;
-};
 
 class StreamBuffer {
  public:
