@@ -115,6 +115,10 @@ class StreamSource {
   virtual absl::Status Run(const StartPlan& plan, AckTracker* tracker, StreamSink* sink) = 0;
   // Thread-safe.
   virtual void Stop() = 0;
+  // Ends the current Run (it returns OK) without stopping the source: Prepare
+  // and Run may be called again, to re-read the stream from its stored position.
+  // Before Run, the next Run returns at once. Thread-safe.
+  virtual void Interrupt() = 0;
   virtual void Wake() = 0;  // The sink has room again.
   virtual ReaderStats stats() const = 0;
 

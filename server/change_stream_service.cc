@@ -375,6 +375,8 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       stream->set_server_wal_lsn(server_lsn.ToString());
       stream->set_buffered_events(snapshot.buffered_events);
       stream->set_buffered_bytes(snapshot.buffered_bytes);
+      stream->set_spilled_bytes(snapshot.spilled_bytes);
+      stream->set_retention_bytes(snapshot.retention_bytes);
       stream->set_ephemeral_sessions(static_cast<uint32_t>(snapshot.ephemeral_sessions));
       if (!snapshot.held_by.empty()) {
         stream->set_held_by(snapshot.held_by);

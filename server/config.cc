@@ -224,8 +224,11 @@ class Parser {
   absl::Status ParseAuth(const YAML::Node& node, ServerConfig& config) const;
   absl::Status ParseCheckpoint(const YAML::Node& node, ServerConfig& config) const;
   absl::Status ParseDefaults(const YAML::Node& node, ServerConfig& config) const;
+  // retention_bytes and laggard_policy, in defaults or a stream.
+  absl::Status ParseRetention(const Fields& fields, RetentionOptions& retention) const;
   absl::Status ParseStreams(const YAML::Node& node, ServerConfig& config) const;
-  absl::StatusOr<StreamConfig> ParseStream(const YAML::Node& node, const std::string& path) const;
+  absl::StatusOr<StreamConfig> ParseStream(const YAML::Node& node, const std::string& path,
+                                           ServerConfig& config) const;
 
   // Relative paths are taken relative to the config file.
   std::string Resolve(const std::string& path) const {
@@ -444,7 +447,7 @@ absl::Status Parser::ParseDefaults(const YAML::Node& node, ServerConfig& config)
                            Map(node, "defaults",
                                {"max_batch_events", "max_batch_bytes", "max_unacked_events",
                                 "max_unacked_bytes", "progress_interval", "buffer_bytes",
-                                "read_coalesce"}));
+                                "read_coalesce", "retention_bytes", "laggard_policy"}));
   StreamDefaults& d = config.defaults;
   // The ranges are SessionLimits' (session_limits.h), shared with requests.
   if (std::optional<YAML::Node> n = fields.Get("max_batch_events")) {
@@ -483,16 +486,40 @@ absl::Status Parser::ParseDefaults(const YAML::Node& node, ServerConfig& config)
     WALFEED_ASSIGN_OR_RETURN(d.read_coalesce, Duration(*n, fields.PathOf("read_coalesce"),
                                                        absl::ZeroDuration(), absl::Milliseconds(100)));
   }
+  return ParseRetention(fields, d);
+}
+
+absl::Status Parser::ParseRetention(const Fields& fields, RetentionOptions& retention) const {
+  if (std::optional<YAML::Node> n = fields.Get("retention_bytes")) {
+    WALFEED_ASSIGN_OR_RETURN(
+        retention.retention_bytes,
+        Integer(*n, fields.PathOf("retention_bytes"), kRetentionBytesMin, kRetentionBytesMax));
+  }
+  if (std::optional<YAML::Node> n = fields.Get("laggard_policy")) {
+    WALFEED_ASSIGN_OR_RETURN(std::string policy,
+                             Scalar(*n, fields.PathOf("laggard_policy"), "hold or detach"));
+    if (policy == "hold") {
+      retention.laggard_policy = LaggardPolicy::kHold;
+    } else if (policy == "detach") {
+      retention.laggard_policy = LaggardPolicy::kDetach;
+    } else {
+      return Error(*n, fields.PathOf("laggard_policy"),
+                   absl::StrCat("expected hold (the stream waits for its slowest consumer) or "
+                                "detach (the slowest consumer is detached), found ",
+                                Quote(policy)));
+    }
+  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<StreamConfig> Parser::ParseStream(const YAML::Node& node,
-                                                 const std::string& path) const {
+absl::StatusOr<StreamConfig> Parser::ParseStream(const YAML::Node& node, const std::string& path,
+                                                 ServerConfig& config) const {
   WALFEED_ASSIGN_OR_RETURN(Fields fields,
                            Map(node, path,
                                {"name", "conninfo", "conninfo_file", "conninfo_env", "slot",
                                 "publications", "tables", "create_missing",
-                                "publish_via_partition_root"}));
+                                "publish_via_partition_root", "retention_bytes",
+                                "laggard_policy"}));
   StreamConfig stream;
   std::optional<YAML::Node> name = fields.Get("name");
   if (!name) return Missing(fields, "name", "the stream's name as clients see it");
@@ -528,6 +555,11 @@ absl::StatusOr<StreamConfig> Parser::ParseStream(const YAML::Node& node,
     WALFEED_ASSIGN_OR_RETURN(stream.publish_via_partition_root,
                              Bool(*via_root, fields.PathOf("publish_via_partition_root")));
   }
+  if (fields.Get("retention_bytes") || fields.Get("laggard_policy")) {
+    RetentionOptions own = config.defaults;
+    WALFEED_RETURN_IF_ERROR(ParseRetention(fields, own));
+    config.retention[stream.name] = own;
+  }
   // The naming rules are StreamConfig's; its messages name the field (slot_name
   // is `slot` here, publication_names `publications`) but never the conninfo.
   if (absl::Status status = stream.Validate(); !status.ok()) {
@@ -545,7 +577,7 @@ absl::Status Parser::ParseStreams(const YAML::Node& node, ServerConfig& config) 
   absl::flat_hash_map<std::string, size_t> first_index;
   for (size_t i = 0; i < node.size(); ++i) {
     const std::string path = Element("streams", i);
-    WALFEED_ASSIGN_OR_RETURN(StreamConfig stream, ParseStream(node[i], path));
+    WALFEED_ASSIGN_OR_RETURN(StreamConfig stream, ParseStream(node[i], path, config));
     auto [it, inserted] = first_index.emplace(stream.name, i);
     if (!inserted) {
       return Error(node[i], Child(path, "name"),
@@ -578,7 +610,8 @@ absl::StatusOr<ServerConfig> Parser::Parse(absl::string_view text) const {
   const YAML::Node& root = documents[0];
   WALFEED_ASSIGN_OR_RETURN(Fields top, Map(root, "",
                                            {"listen", "plaintext", "tls", "auth", "checkpoint",
-                                            "shutdown_timeout", "defaults", "streams"}));
+                                            "shutdown_timeout", "state_dir", "defaults",
+                                            "streams"}));
   ServerConfig config;
 
   std::optional<YAML::Node> listen = top.Get("listen");
@@ -614,6 +647,10 @@ absl::StatusOr<ServerConfig> Parser::Parse(absl::string_view text) const {
         config.shutdown_timeout,
         Duration(*timeout, "shutdown_timeout", absl::Milliseconds(1), absl::Hours(1)));
   }
+  if (std::optional<YAML::Node> state_dir = top.Get("state_dir")) {
+    WALFEED_ASSIGN_OR_RETURN(config.state_dir, FilePath(*state_dir, "state_dir"));
+  }
+  // Before the streams: a stream's own retention settings start from these.
   if (std::optional<YAML::Node> defaults = top.Get("defaults")) {
     WALFEED_RETURN_IF_ERROR(ParseDefaults(*defaults, config));
   }

@@ -10,10 +10,13 @@
 //   auth: {tokens_file}              absent => every call is allowed
 //   checkpoint: {schema, conninfo | conninfo_file | conninfo_env}
 //   shutdown_timeout: 10s
+//   state_dir: /var/lib/walfeed      absent => nothing spills to disk
 //   defaults: {max_batch_events, max_batch_bytes, max_unacked_events,
-//              max_unacked_bytes, progress_interval, buffer_bytes, read_coalesce}
+//              max_unacked_bytes, progress_interval, buffer_bytes, read_coalesce,
+//              retention_bytes, laggard_policy}
 //   streams: [{name, conninfo | conninfo_file | conninfo_env, slot,
-//              publications, tables, create_missing}]
+//              publications, tables, create_missing, retention_bytes,
+//              laggard_policy}]
 //
 // Parsing is strict, because a silently ignored key in a server config is a
 // setting the operator believes is in force and is not: unknown or repeated keys,
@@ -30,7 +33,7 @@
 // conninfo, the contents of a conninfo file, an environment variable's value or
 // the contents of a TLS key.
 //
-// Relative paths (tls.*, auth.tokens_file, conninfo_file) are resolved against
+// Relative paths (tls.*, auth.tokens_file, conninfo_file, state_dir) are resolved against
 // the directory of the config file, so a config and its files can move together.
 //
 // What is checked here: the shape, the bounds, listen's form, and every stream
@@ -47,12 +50,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "replication/checkpoint_store.h"
 #include "replication/stream_config.h"
+#include "server/retention_options.h"
 #include "server/session_limits.h"
 
 namespace walfeed::server {
@@ -90,7 +95,7 @@ struct CheckpointConfig {
 
 // The server's values of the per-subscription knobs a SubscribeRequest may leave
 // at 0 (SessionLimits, defined once), and each stream's buffer and read window.
-struct StreamDefaults : SessionLimits {
+struct StreamDefaults : SessionLimits, RetentionOptions {
   // Bytes of decoded events each stream's buffer holds for its subscribers.
   uint64_t buffer_bytes = uint64_t{64} << 20;
   // How long each stream's reader lets data accumulate after a read that brought
@@ -114,6 +119,17 @@ struct ServerConfig {
   StreamDefaults defaults;
   // At least one, names unique, each already passed StreamConfig::Validate().
   std::vector<replication::StreamConfig> streams;
+  // Where streams spill what does not fit in buffer_bytes (resolved). Empty:
+  // nothing spills, a stream keeps at most buffer_bytes for its consumers.
+  std::string state_dir;
+  // Streams whose retention_bytes or laggard_policy differ from the defaults.
+  absl::flat_hash_map<std::string, RetentionOptions> retention;
+
+  // The stream's retention: its own settings, or the defaults.
+  RetentionOptions RetentionFor(const std::string& stream) const {
+    auto it = retention.find(stream);
+    return it != retention.end() ? it->second : static_cast<const RetentionOptions&>(defaults);
+  }
 
   bool auth_enabled() const { return !tokens_file.empty(); }
 };

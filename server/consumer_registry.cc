@@ -18,6 +18,7 @@ void ConsumerRegistry::Load(replication::AckTracker* tracker,
     (void)tracker->AddConsumer(consumer, state.checkpoint);
   }
   buffer_ = StreamBuffer(deliver_after);
+  floor_ = deliver_after;
   tracker_ = tracker;
   loaded_ = true;
 }
@@ -51,6 +52,18 @@ SessionList ConsumerRegistry::Stop(const absl::Status& why) {
   return EndAllLocked(why);
 }
 
+SessionList ConsumerRegistry::Unload(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  SessionList ended = EndAllLocked(why);
+  loaded_ = false;
+  // Acks, removals and resets in flight find their consumer gone and finish as
+  // no-ops; what they stored is in the checkpoints the next Load() reads.
+  consumers_.clear();
+  buffer_ = StreamBuffer();
+  hold_.reset();
+  return ended;
+}
+
 SessionList ConsumerRegistry::Fail(const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   failed_ = why;
@@ -65,10 +78,10 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   if (stopping_) return absl::UnavailableError("walfeed-server is stopping");
   if (!loaded_) return options_.not_ready();
   if (options.ephemeral) {
-    if (start_after && *start_after < buffer_.trimmed()) {
+    if (start_after && *start_after < floor_) {
       return absl::OutOfRangeError(absl::StrCat(
           "start_after ", start_after->ToString(), " is below what stream \"", options_.stream,
-          "\" still holds (events after ", buffer_.trimmed().ToString(), ")"));
+          "\" still holds (events after ", floor_.ToString(), ")"));
     }
     const EventId start = start_after ? *start_after : buffer_.newest();
     OpenedSession opened;
@@ -88,9 +101,9 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
           ": events up to the checkpoint were acked and may no longer be available; start "
           "after the checkpoint (leave start_after empty) or after a later id"));
     }
-    if (*start_after < buffer_.trimmed()) {
+    if (*start_after < floor_) {
       // Starting at the trim point instead would silently skip the events between.
-      const EventId trimmed = buffer_.trimmed();
+      const EventId trimmed = floor_;
       return absl::OutOfRangeError(absl::StrCat(
           "start_after ", start_after->ToString(), " is below what stream \"", options_.stream,
           "\" still holds: every event up to ", trimmed.ToString(),
@@ -109,7 +122,7 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
     // after the newest. Either way it holds the slot from the stream's durable
     // position until its first ack: confirming anything for a consumer that has
     // acked nothing could skip events a later consumer is promised.
-    start = options.start_latest ? buffer_.newest() : buffer_.trimmed();
+    start = options.start_latest ? buffer_.newest() : floor_;
     (void)tracker_->AddConsumer(consumer, EventId{});
   }
   if (start_after) start = std::max(start, *start_after);
@@ -136,7 +149,7 @@ std::shared_ptr<Session> ConsumerRegistry::AddSessionLocked(const std::string& c
   auto session = std::make_shared<Session>(options_.new_session_id(), consumer, std::move(options));
   sessions_.emplace(session.get(),
                     SessionEntry{session, SessionFramer(session->options(), start, absl::Now()),
-                                 false, std::nullopt});
+                                 false, std::nullopt, StreamBuffer(), false, false});
   return session;
 }
 
@@ -191,10 +204,10 @@ bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::st
     return false;
   }
   SessionEntry& entry = it->second;
-  if (!entry.end && session.options().ephemeral && entry.framer.cursor() < buffer_.trimmed()) {
+  if (!entry.end && session.options().ephemeral && entry.framer.cursor() < floor_) {
     // Durable consumers acked past events it had not received: they are gone.
     const EventId passed = entry.framer.cursor();
-    const EventId trimmed = buffer_.trimmed();
+    const EventId trimmed = floor_;
     entry.end = absl::OutOfRangeError(absl::StrCat(
         "ephemeral session ", session.id(), " fell behind: it had passed ",
         passed == EventId{} ? "nothing" : passed.ToString(),
@@ -213,7 +226,7 @@ bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::st
   context.checkpoint = consumer == consumers_.end() ? EventId{} : consumer->second.checkpoint;
   context.slot_name = options_.slot_name;
   context.server_wal_end = options_.server_wal_end;
-  if (entry.framer.Next(buffer_, context, now, frame)) return true;
+  if (entry.framer.Next(SourceForLocked(entry), context, now, frame)) return true;
   entry.waiting = true;
   return false;
 }
@@ -312,7 +325,11 @@ void ConsumerRegistry::TrimLocked() {
   if (!any_durable) return;
   EventId floor = NeedsAfter(consumers_.begin()->second);
   for (const auto& [name, consumer] : consumers_) floor = std::min(floor, NeedsAfter(consumer));
+  if (floor <= floor_) return;
+  floor_ = floor;
   buffer_.TrimThrough(floor);
+  // Whole segments only; their files are deleted off this lock (Reap).
+  if (options_.spill != nullptr) options_.spill->TrimThrough(floor);
 }
 absl::Status ConsumerRegistry::Append(BufferedEvent event) {
   absl::MutexLock lock(&mu_);

@@ -9,13 +9,23 @@
 //   RemoveConsumer: BeginRemove ─► AwaitAcksLanded ─► durable delete by the
 //                   caller ─► FinishRemove
 //
-// Retention: an event stays buffered until every consumer with a checkpoint, or
+// Retention: an event stays held until every consumer with a checkpoint, or
 // with a session, has acked it, so a consumer that reconnects (or a session
 // taking over) always finds everything after its checkpoint; a consumer that
 // never acked holds nothing once its session ends. Before any consumer exists
 // nothing is dropped, so the first one gets everything from the stream's
-// position. When the buffer is full, HasRoom() is false and the reader stops
-// reading.
+// position.
+//
+// Two tiers: the newest events in memory (StreamBuffer, ≤ buffer_bytes), and,
+// with a spill, the older ones on disk (SpillLog, ≤ retention_bytes):
+//
+//   floor_ ──── spill (disk) ──── buffer_.trimmed() ──── memory ──── newest
+//
+// The reader thread moves the oldest events to disk when memory is full
+// (SpillOverflow); a session whose cursor is below memory asks for a disk read
+// (want_disk), which another thread performs outside the mutex and hands over
+// (TakeDiskRequests / FinishDiskRead). When both tiers are full, HasRoom() is
+// false and the reader stops reading (the laggard policy decides what then).
 //
 // Locks: mu_ is a leaf except for the AckTracker (registered consumers are added
 // and removed in it under mu_) and the progress frame's read of the reader's
@@ -43,6 +53,7 @@
 #include "replication/lsn.h"
 #include "server/session.h"
 #include "server/session_framer.h"
+#include "server/spill/spill_log.h"
 #include "server/stream_buffer.h"
 
 namespace walfeed::server {
@@ -77,8 +88,10 @@ struct HoldChange {
 };
 
 struct RegistrySnapshot {
-  size_t buffered_events = 0;
+  size_t buffered_events = 0;  // In memory.
   size_t buffered_bytes = 0;
+  uint64_t spilled_bytes = 0;  // On disk.
+  uint64_t retention_bytes = 0;  // The disk budget; 0 without a spill.
   size_t ephemeral_sessions = 0;
   std::string held_by;  // While the buffer is full: the consumer it waits for.
   absl::Time held_since;
@@ -97,6 +110,12 @@ class ConsumerRegistry {
     std::function<replication::Lsn()> server_wal_end;
     // Session ids; unique per process.
     std::function<std::string()> new_session_id;
+    // The stream's spill (null: memory only) and how many bytes it may hold.
+    spill::SpillLog* spill = nullptr;
+    uint64_t retention_bytes = 0;
+    // A session needs events from the spill: wake the thread that reads it. May
+    // be called under mu_ (it must only signal).
+    std::function<void()> want_disk;
   };
 
   explicit ConsumerRegistry(Options options);
@@ -114,6 +133,9 @@ class ConsumerRegistry {
   // Ends every active session with `why`. After Stop, Open and BeginRemove are
   // UNAVAILABLE; after Fail, every call returns `why`.
   SessionList Stop(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // The stream is re-read from the slot: ends every session with `why`, drops
+  // every event and consumer; calls are not_ready() until the next Load().
+  SessionList Unload(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   SessionList Fail(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Subscribe. OUT_OF_RANGE for a start_after below the consumer's checkpoint or
@@ -189,6 +211,27 @@ class ConsumerRegistry {
   // Step 2 when the write failed.
   void AbandonReset(const std::string& consumer) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Reader thread: while memory is full and the spill has budget, moves the
+  // oldest events to disk (the write happens outside the mutex). Returns the
+  // spill's write error (the events stay in memory and the reader waits).
+  absl::Status SpillOverflow() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The disk tier's reads, for the thread that performs them. Each request is
+  // a session whose next events are in the spill: read after `after`, about
+  // `max_bytes`, and hand the result to FinishDiskRead.
+  struct DiskRequest {
+    std::shared_ptr<Session> session;
+    EventId after;
+    size_t max_bytes = 0;
+  };
+  std::vector<DiskRequest> TakeDiskRequests() ABSL_LOCKS_EXCLUDED(mu_);
+  // Stages what was read for the session (if it still waits for it) and fills
+  // `*wake`. DataLoss when the spill lost events the session needs (a damaged
+  // or cleared segment): the stream must be re-read from the slot.
+  absl::Status FinishDiskRead(const DiskRequest& request,
+                              absl::StatusOr<std::vector<BufferedEvent>> read, SessionList* wake)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Reader side (never blocks). When the buffer becomes full, `*change` says so
   // and names the consumer that holds the stream; when it has had room for
   // kHoldSettle since (a slow consumer refills it at once), that it ended.
@@ -224,6 +267,10 @@ class ConsumerRegistry {
     SessionFramer framer;
     bool waiting = false;              // Asked for a frame and got none: wake on news.
     std::optional<absl::Status> end;   // Set once: the session is over.
+    // Events read from the spill for it, after its cursor.
+    StreamBuffer staged;
+    bool disk_wanted = false;   // Needs a disk read (TakeDiskRequests takes it).
+    bool disk_reading = false;  // A read is under way.
   };
 
   // Ends `session` with `status` (once); returns it for waking.
@@ -246,8 +293,13 @@ class ConsumerRegistry {
   // Bytes of the buffered events after `from` up to and including `through`.
   uint64_t BytesBetweenLocked(EventId from, std::optional<EventId> through) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops buffered events every registered consumer has acked.
+  // Drops held events every registered consumer has acked.
   void TrimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a session's framer reads next: memory, or, when its cursor is below
+  // memory, the events staged from disk (asking for a read when none are).
+  const StreamBuffer& SourceForLocked(SessionEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether both tiers are full (the reader must wait).
+  bool FullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
 
@@ -256,7 +308,10 @@ class ConsumerRegistry {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
   replication::AckTracker* tracker_ ABSL_GUARDED_BY(mu_) = nullptr;
-  StreamBuffer buffer_ ABSL_GUARDED_BY(mu_);
+  StreamBuffer buffer_ ABSL_GUARDED_BY(mu_);  // The memory tier.
+  // The newest event no longer held anywhere (or the stream's start).
+  EventId floor_ ABSL_GUARDED_BY(mu_);
+  const StreamBuffer empty_;  // What a session waiting for a disk read reads.
   absl::flat_hash_map<std::string, Consumer> consumers_ ABSL_GUARDED_BY(mu_);
   // Every session not yet closed, by identity (ended ones too, until Close).
   absl::flat_hash_map<const Session*, SessionEntry> sessions_ ABSL_GUARDED_BY(mu_);

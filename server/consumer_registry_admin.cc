@@ -98,7 +98,18 @@ absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
     }
     // The last event at or below `to` (the tracker confirms only real events).
     ticket.target = state.checkpoint;
-    for (auto e = buffer_.After(state.checkpoint); e != buffer_.end() && e->id <= *to; ++e) {
+    if (*to <= buffer_.trimmed() && *to > std::max(ticket.target, floor_)) {
+      // On disk, where the registry does not look under its lock: the id must
+      // be an event's own.
+      if (!tracker_->CheckDelivered(*to).ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cannot reset consumer \"", consumer, "\" to ", to->ToString(),
+            ": it is not the id of an event stream \"", options_.stream,
+            "\" holds on disk; give an event's exact id (walfeed tail shows them)"));
+      }
+      ticket.target = *to;
+    }
+    for (auto e = buffer_.After(ticket.target); e != buffer_.end() && e->id <= *to; ++e) {
       ticket.target = e->id;
     }
   }
@@ -136,6 +147,9 @@ bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
   absl::MutexLock lock(&mu_);
   const bool room = buffer_.HasRoom(options_.buffer_bytes);
   if (room && !hold_) return room;  // The common case, per frame: nothing to do.
+  // Memory is full but the spill can take its oldest events: no one holds the
+  // stream yet (the caller spills).
+  if (!room && !FullLocked()) return room;
   const absl::Time now = absl::Now();
   if (!room) {
     // The consumer with the lowest checkpoint keeps the oldest events.
@@ -154,7 +168,10 @@ bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
       return room;
     }
     hold_ = Hold{name, now, std::nullopt};
-    if (change != nullptr) *change = HoldChange{true, name, buffer_.bytes(), absl::ZeroDuration()};
+    if (change != nullptr) {
+      const uint64_t spilled = options_.spill != nullptr ? options_.spill->bytes() : 0;
+      *change = HoldChange{true, name, buffer_.bytes() + spilled, absl::ZeroDuration()};
+    }
     return room;
   }
   // A slow consumer that keeps acking fills the buffer again and again: the
@@ -169,6 +186,13 @@ bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
 uint64_t ConsumerRegistry::BytesBetweenLocked(EventId from,
                                               std::optional<EventId> through) const {
   uint64_t bytes = 0;
+  if (options_.spill != nullptr && from < buffer_.trimmed()) {
+    // On disk, to segment granularity.
+    const uint64_t after_from = options_.spill->BytesAfter(from);
+    const uint64_t after_through =
+        through && *through < buffer_.trimmed() ? options_.spill->BytesAfter(*through) : 0;
+    bytes += after_from - std::min(after_from, after_through);
+  }
   for (auto it = buffer_.After(from); it != buffer_.end() && (!through || it->id <= *through);
        ++it) {
     bytes += it->bytes;
@@ -181,6 +205,10 @@ RegistrySnapshot ConsumerRegistry::Snapshot() const {
   RegistrySnapshot snapshot;
   snapshot.buffered_events = buffer_.size();
   snapshot.buffered_bytes = buffer_.bytes();
+  if (options_.spill != nullptr) {
+    snapshot.spilled_bytes = options_.spill->bytes();
+    snapshot.retention_bytes = options_.retention_bytes;
+  }
   for (const auto& [key, entry] : sessions_) {
     if (entry.session->options().ephemeral && !entry.end) ++snapshot.ephemeral_sessions;
   }

@@ -41,13 +41,16 @@ std::string NewSessionId() {
 
 StreamRuntime::StreamRuntime(RuntimeOptions options,
                              std::unique_ptr<replication::StreamSource> source,
-                             std::function<void(walfeed::v1::StreamState)> on_state)
+                             std::function<void(walfeed::v1::StreamState)> on_state,
+                             std::unique_ptr<spill::SpillLog> spill)
     : options_(std::move(options)),
       source_(std::move(source)),
+      spill_(std::move(spill)),
       registry_(ConsumerRegistry::Options{
           options_.source.config.name, options_.source.config.slot_name, options_.buffer_bytes,
           [this] { return supervisor_.NotReady(); },
-          [this] { return source_->stats().server_wal_end; }, NewSessionId}),
+          [this] { return source_->stats().server_wal_end; }, NewSessionId, spill_.get(),
+          options_.retention.retention_bytes, [this] { retention_->Notify(); }}),
       supervisor_(
           StreamSupervisor::Options{options_.source.config.name,
                                     options_.source.config.slot_name, options_.retry_base,
@@ -64,11 +67,37 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
 
 StreamRuntime::~StreamRuntime() { Stop(absl::UnavailableError("walfeed-server is stopping")); }
 
-void StreamRuntime::Start() { supervisor_.Start(); }
+void StreamRuntime::Start() {
+  if (spill_) {
+    retention_ = std::make_unique<RetentionWorker>(
+        &registry_, spill_.get(),
+        RetentionWorker::Hooks{[this](const absl::Status& why) { RestartFromSlot(why); },
+                               [this] {
+                                 // A failed spill write is retried when the reader
+                                 // next asks for room.
+                                 if (spill_failing_.load()) source_->Wake();
+                               }});
+    retention_->Start();
+  }
+  supervisor_.Start();
+}
 
 void StreamRuntime::Stop(const absl::Status& why) {
   WakeAll(registry_.Stop(why));
   supervisor_.Stop();
+  if (retention_) retention_->Stop();
+}
+
+void StreamRuntime::RestartFromSlot(const absl::Status& why) {
+  StreamLogger()->error("stream {}: {}; every session ends and the stream is read again from "
+                        "the slot (nothing is lost: the slot holds everything after the lowest "
+                        "checkpoint)",
+                        name(), why.ToString());
+  WakeAll(registry_.Unload(absl::UnavailableError(
+      absl::StrCat("stream \"", name(), "\" is being re-read from its slot (", why.message(),
+                   "); subscribe again"))));
+  spill_->Clear();
+  supervisor_.Restart(why);
 }
 
 void StreamRuntime::WakeAll(const SessionList& sessions) {
@@ -207,14 +236,29 @@ void StreamRuntime::Tick() { WakeAll(registry_.DueForProgress(absl::Now())); }
 
 bool StreamRuntime::HasRoom() {
   std::optional<HoldChange> change;
-  const bool room = registry_.HasRoom(&change);
+  bool room = registry_.HasRoom(&change);
+  if (!room && spill_) {
+    // Memory is full: move its oldest events to disk, while the budget lasts.
+    absl::Status spilled = registry_.SpillOverflow();
+    if (!spilled.ok() && !spill_failing_.exchange(true)) {
+      StreamLogger()->error("stream {}: cannot write the spill in {}: {}; the stream waits "
+                            "(nothing is lost) and retries every second",
+                            name(), spill_->dir(), spilled.ToString());
+    } else if (spilled.ok() && spill_failing_.exchange(false)) {
+      StreamLogger()->info("stream {}: the spill can be written again", name());
+    }
+    std::optional<HoldChange> again;
+    room = registry_.HasRoom(&again);
+    if (again) change = again;
+  }
   if (change && change->started) {
     StreamLogger()->warn(
-        "stream {}: the buffer is full ({} bytes, buffer_bytes {}): the stream waits for "
-        "consumer {}, which has not acked the oldest of them; it holds every other consumer "
-        "and the slot until it acks (walfeed status shows who holds what; remove-consumer or "
-        "reset-consumer release it)",
+        "stream {}: the buffer is full ({} bytes held; buffer_bytes {}, retention_bytes {} on "
+        "disk): the stream waits for consumer {}, which has not acked the oldest of them; it "
+        "holds every other consumer and the slot until it acks (walfeed status shows who "
+        "holds what; remove-consumer or reset-consumer release it)",
         name(), change->held_bytes, options_.buffer_bytes,
+        spill_ ? options_.retention.retention_bytes : 0,
         change->holder.empty() ? "(none yet: the stream keeps everything for its first)"
                                : change->holder);
   } else if (change) {

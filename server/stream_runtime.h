@@ -40,6 +40,9 @@
 #include "replication/stream_source.h"
 #include "server/consumer_registry.h"
 #include "server/event_encoder.h"
+#include "server/retention_options.h"
+#include "server/retention_worker.h"
+#include "server/spill/spill_log.h"
 #include "server/session.h"
 #include "server/stream_supervisor.h"
 #include "walfeed/v1/change_stream.pb.h"
@@ -51,6 +54,9 @@ using replication::Lsn;
 struct RuntimeOptions {
   replication::SourceOptions source;
   size_t buffer_bytes = 64u << 20;
+  // How many bytes the spill (if any) may hold beyond memory, and what happens
+  // when both are full.
+  RetentionOptions retention;
   absl::Duration retry_base = absl::Milliseconds(200);
   absl::Duration retry_cap = absl::Seconds(30);
 };
@@ -74,9 +80,11 @@ struct RuntimeSnapshot : RegistrySnapshot {
 class StreamRuntime : public replication::StreamSink {
  public:
   // `on_state` is called (from the supervisor or reader thread, no lock held)
-  // whenever the stream's state changes.
+  // whenever the stream's state changes. `spill` (optional) holds what does not
+  // fit in memory, up to options.retention_bytes.
   StreamRuntime(RuntimeOptions options, std::unique_ptr<replication::StreamSource> source,
-                std::function<void(walfeed::v1::StreamState)> on_state);
+                std::function<void(walfeed::v1::StreamState)> on_state,
+                std::unique_ptr<spill::SpillLog> spill = nullptr);
   ~StreamRuntime() override;
   StreamRuntime(const StreamRuntime&) = delete;
   StreamRuntime& operator=(const StreamRuntime&) = delete;
@@ -137,15 +145,21 @@ class StreamRuntime : public replication::StreamSink {
 
  private:
   static void WakeAll(const SessionList& sessions);
+  // What was held can no longer be served (a damaged spill): every session
+  // ends UNAVAILABLE and the stream is read again from its stored position.
+  void RestartFromSlot(const absl::Status& why);
 
   const RuntimeOptions options_;
   const std::unique_ptr<replication::StreamSource> source_;
+  const std::unique_ptr<spill::SpillLog> spill_;
+  std::atomic<bool> spill_failing_{false};  // The last spill write failed (logged once).
   EventEncoder encoder_;  // Reader thread only.
   // Set once the stream is prepared, before the registry is loaded (so any call
   // the registry lets through sees it); owned by the supervisor.
   std::atomic<replication::AckTracker*> tracker_{nullptr};
   std::atomic<uint64_t> stream_start_{0};  // The plan's start LSN, for status.
   ConsumerRegistry registry_;
+  std::unique_ptr<RetentionWorker> retention_;  // With a spill only.
   StreamSupervisor supervisor_;
 };
 

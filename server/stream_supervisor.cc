@@ -91,27 +91,48 @@ bool StreamSupervisor::Prepare(replication::PreparedSource* prepared) {
   }
 }
 
-void StreamSupervisor::Main() {
-  replication::PreparedSource prepared;
-  if (!Prepare(&prepared)) return;
-  for (const std::string& warning : prepared.warnings) {
-    StreamLogger()->warn("stream {}: {}", options_.stream, warning);
-  }
-  for (const std::string& note : prepared.notes) {
-    StreamLogger()->info("stream {}: {}", options_.stream, note);
-  }
-  const replication::StartPlan& plan = prepared.plan;
-  tracker_ = std::make_unique<replication::AckTracker>(plan.start);
+void StreamSupervisor::Restart(const absl::Status& why) {
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return;
+    if (stopping_ || failed_ || restart_) return;
+    restart_ = why;
   }
-  if (hooks_.on_prepared) hooks_.on_prepared(plan, tracker_.get());
-  StreamLogger()->info("stream {}: starting slot {} at {} with {} consumer checkpoint(s)",
-                 options_.stream, options_.slot_name, plan.start.ToString(),
-                 plan.consumers.size());
-  const absl::Status result = source_->Run(plan, tracker_.get(), sink_);
-  if (!result.ok()) Fail(result);
+  StreamLogger()->warn("stream {}: restarting from the slot's stored position: {}",
+                       options_.stream, why.ToString());
+  SetState(walfeed::v1::STREAM_STATE_CONNECTING, std::string(why.message()));
+  source_->Interrupt();
+}
+
+void StreamSupervisor::Main() {
+  for (;;) {
+    replication::PreparedSource prepared;
+    if (!Prepare(&prepared)) return;
+    for (const std::string& warning : prepared.warnings) {
+      StreamLogger()->warn("stream {}: {}", options_.stream, warning);
+    }
+    for (const std::string& note : prepared.notes) {
+      StreamLogger()->info("stream {}: {}", options_.stream, note);
+    }
+    const replication::StartPlan& plan = prepared.plan;
+    if (tracker_) retired_.push_back(std::move(tracker_));
+    tracker_ = std::make_unique<replication::AckTracker>(plan.start);
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    if (hooks_.on_prepared) hooks_.on_prepared(plan, tracker_.get());
+    StreamLogger()->info("stream {}: starting slot {} at {} with {} consumer checkpoint(s)",
+                         options_.stream, options_.slot_name, plan.start.ToString(),
+                         plan.consumers.size());
+    const absl::Status result = source_->Run(plan, tracker_.get(), sink_);
+    if (!result.ok()) {
+      Fail(result);
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || !restart_) return;
+    restart_.reset();  // The next run reads from the stored position.
+  }
 }
 
 }  // namespace walfeed::server

@@ -3,6 +3,8 @@
 //   Prepare (retrying transient errors with capped, jittered backoff; state
 //   CONNECTING with the reason) ─► on_prepared(plan, tracker) ─► Run the source
 //   (it reconnects by itself) ─► a definite error: FAILED, for good
+//                              └► Restart(): prepare and run again, re-reading
+//                                 the stream from its stored position
 //
 // It owns the stream's state (CONNECTING / STREAMING / FAILED and the last
 // error) and reports every change through on_state (health follows it). The
@@ -15,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -58,6 +61,10 @@ class StreamSupervisor {
   void Start();
   // Stops the source (a clean CopyDone after a last status update) and joins.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the current run and starts over from Prepare (state CONNECTING with
+  // `why`): for when what was read can no longer be served (a damaged spill).
+  // The caller has already dropped what it held. No-op once stopping or failed.
+  void Restart(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
   // From the sink: the connection streams / was lost (transient).
   void SetState(walfeed::v1::StreamState state, std::string error) ABSL_LOCKS_EXCLUDED(mu_);
@@ -79,11 +86,15 @@ class StreamSupervisor {
   replication::StreamSink* const sink_;
   const Hooks hooks_;
   std::unique_ptr<replication::AckTracker> tracker_;  // Main()'s, once prepared.
+  // Trackers of earlier runs: an Ack in flight across a restart may still use
+  // one, so they live as long as the supervisor.
+  std::vector<std::unique_ptr<replication::AckTracker>> retired_;
   std::thread thread_;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Status> restart_ ABSL_GUARDED_BY(mu_);
   State state_ ABSL_GUARDED_BY(mu_);
 };
 

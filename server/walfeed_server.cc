@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
+#include "server/spill/spill_log.h"
 #include "spdlog/spdlog.h"
 
 namespace walfeed::server {
@@ -96,12 +97,28 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
     options.source.checkpoint_conninfo = cfg.checkpoint.conninfo;
     options.source.read_coalesce = cfg.defaults.read_coalesce;
     options.buffer_bytes = cfg.defaults.buffer_bytes;
+    options.retention = cfg.RetentionFor(stream.name);
     const std::string name = stream.name;
+    std::unique_ptr<spill::SpillLog> spill;
+    if (!cfg.state_dir.empty()) {
+      // "stream-" keeps any stream name (even "..") inside the spill directory.
+      absl::StatusOr<std::unique_ptr<spill::SpillLog>> opened = spill::SpillLog::Open(
+          {absl::StrCat(cfg.state_dir, "/spill/stream-", name),
+           spill::SegmentBytesFor(options.retention.retention_bytes)});
+      if (!opened.ok()) {
+        return absl::Status(opened.status().code(),
+                            absl::StrCat("state_dir: stream ", name, ": ",
+                                         opened.status().message()));
+      }
+      spill = std::move(*opened);
+    }
     std::unique_ptr<replication::StreamSource> source = sources(options.source);
     server->runtimes_.push_back(std::make_unique<StreamRuntime>(
-        std::move(options), std::move(source), [health, name](walfeed::v1::StreamState state) {
+        std::move(options), std::move(source),
+        [health, name](walfeed::v1::StreamState state) {
           health->Set(name, state == walfeed::v1::STREAM_STATE_STREAMING);
-        }));
+        },
+        std::move(spill)));
     server->by_name_[name] = server->runtimes_.back().get();
   }
 

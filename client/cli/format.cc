@@ -384,7 +384,7 @@ std::string StatusTable(const walfeed::v1::GetStatusResponse& response) {
   if (response.streams_size() == 0) return "no streams\n";
   std::vector<std::vector<std::string>> streams = {
       {"STREAM", "STATE", "SLOT", "WAL_STATUS", "ACTIVE", "CONFIRMED_FLUSH", "SERVER_LSN",
-       "RETAINED_BYTES"}};
+       "RETAINED_BYTES", "BUFFER_BYTES", "SPILL_BYTES"}};
   std::vector<std::vector<std::string>> consumers = {
       {"STREAM", "CONSUMER", "CHECKPOINT", "SESSION", "UNACKED", "LAG_BYTES", "HELD_BYTES"}};
   std::string held;
@@ -394,16 +394,21 @@ std::string StatusTable(const walfeed::v1::GetStatusResponse& response) {
     streams.push_back({stream.name(), StateName(stream.state()), OrDash(slot.name()),
                        OrDash(slot.wal_status()), slot.active() ? "yes" : "no",
                        OrDash(slot.confirmed_flush_lsn()), OrDash(stream.server_wal_lsn()),
-                       absl::StrCat(slot.retained_wal_bytes())});
+                       absl::StrCat(slot.retained_wal_bytes()),
+                       absl::StrCat(stream.buffered_bytes()),
+                       stream.retention_bytes() == 0
+                           ? "-"
+                           : absl::StrCat(stream.spilled_bytes(), "/", stream.retention_bytes())});
     for (const walfeed::v1::ConsumerStatus& consumer : stream.consumers()) {
       consumers.push_back({stream.name(), consumer.name(), OrDash(consumer.checkpoint()),
-                           OrDash(consumer.session_id()), absl::StrCat(consumer.unacked_events()),
+                           consumer.detached() ? "(detached)" : OrDash(consumer.session_id()), absl::StrCat(consumer.unacked_events()),
                            absl::StrCat(consumer.lag_bytes()),
                            absl::StrCat(consumer.held_bytes())});
     }
     if (!stream.held_by().empty()) {
       absl::StrAppend(&held, stream.name(), ": the buffer is full (", stream.buffered_bytes(),
-                      " bytes) and waits for consumer ", stream.held_by(), " since ",
+                      " bytes in memory, ", stream.spilled_bytes(),
+                      " on disk) and waits for consumer ", stream.held_by(), " since ",
                       absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
                                        absl::FromUnixSeconds(stream.held_since().seconds()),
                                        absl::UTCTimeZone()),

@@ -49,11 +49,28 @@ absl::Status PgStreamSource::Run(const StartPlan& plan, AckTracker* tracker, Str
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return absl::OkStatus();
+    if (interrupted_) {
+      interrupted_ = false;
+      return absl::OkStatus();
+    }
     reader = std::make_shared<StreamReader>(std::move(reader_options), tracker, sink,
                                             confirmed_store_.get());
     reader_ = reader;
   }
-  return reader->Run(plan.start);
+  absl::Status result = reader->Run(plan.start);
+  absl::MutexLock lock(&mu_);
+  interrupted_ = false;  // What interrupted this run is done.
+  return result;
+}
+
+void PgStreamSource::Interrupt() {
+  std::shared_ptr<StreamReader> reader;
+  {
+    absl::MutexLock lock(&mu_);
+    interrupted_ = true;
+    reader = reader_;
+  }
+  if (reader) reader->Stop();
 }
 
 void PgStreamSource::Stop() {

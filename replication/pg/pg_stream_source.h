@@ -28,6 +28,7 @@ class PgStreamSource final : public StreamSource {
   absl::Status Run(const StartPlan& plan, AckTracker* tracker, StreamSink* sink) override
       ABSL_LOCKS_EXCLUDED(mu_);
   void Stop() override ABSL_LOCKS_EXCLUDED(mu_);
+  void Interrupt() override ABSL_LOCKS_EXCLUDED(mu_);
   void Wake() override ABSL_LOCKS_EXCLUDED(mu_);
   ReaderStats stats() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<SlotReport> ReadSlot() override;
@@ -42,6 +43,7 @@ class PgStreamSource final : public StreamSource {
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool interrupted_ ABSL_GUARDED_BY(mu_) = false;  // Interrupt() before or during Run.
   std::shared_ptr<StreamReader> reader_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -36,6 +36,15 @@
 
 namespace walfeed::server::spill {
 
+// A segment size for a budget: trimming frees whole segments, so a sixteenth of
+// the budget (1-64 MiB) keeps what is freed timely and the file count small.
+inline uint64_t SegmentBytesFor(uint64_t budget) {
+  const uint64_t sixteenth = budget / 16;
+  return sixteenth < (uint64_t{1} << 20)   ? uint64_t{1} << 20
+         : sixteenth > (uint64_t{64} << 20) ? uint64_t{64} << 20
+                                            : sixteenth;
+}
+
 class SpillLog {
  public:
   struct Options {

@@ -246,7 +246,13 @@ TEST(StatusTableTest, ShowsStreamsSlotsAndConsumers) {
   consumer->set_unacked_events(3);
   consumer->set_lag_bytes(56);
   consumer->set_held_bytes(700);
-  stream->set_buffered_bytes(700);
+  stream->set_buffered_bytes(400);
+  stream->set_spilled_bytes(300);
+  stream->set_retention_bytes(1024);
+  walfeed::v1::ConsumerStatus* gone = stream->add_consumers();
+  gone->set_name("search");
+  gone->set_checkpoint("0/1A00000:0");
+  gone->set_detached(true);
   stream->set_held_by("billing");
   stream->mutable_held_since()->set_seconds(1796000000);
   walfeed::v1::StreamStatus* failed = response.add_streams();
@@ -258,16 +264,19 @@ TEST(StatusTableTest, ShowsStreamsSlotsAndConsumers) {
 
   EXPECT_EQ(StatusTable(response),
             "STREAM  STATE      SLOT            WAL_STATUS  ACTIVE  CONFIRMED_FLUSH  SERVER_LSN  "
-            "RETAINED_BYTES\n"
+            "RETAINED_BYTES  BUFFER_BYTES  SPILL_BYTES\n"
             "orders  streaming  walfeed_orders  reserved    yes     0/1A2B3C8        0/1A2B400   "
-            "4096\n"
-            "lost    FAILED     walfeed_lost    missing     no      -                -           0\n"
+            "4096            400           300/1024\n"
+            "lost    FAILED     walfeed_lost    missing     no      -                -           "
+            "0               0             -\n"
             "\n"
-            "STREAM  CONSUMER  CHECKPOINT   SESSION  UNACKED  LAG_BYTES  HELD_BYTES\n"
-            "orders  billing   0/1A2B3C8:2  abc-1    3        56         700\n"
+            "STREAM  CONSUMER  CHECKPOINT   SESSION     UNACKED  LAG_BYTES  HELD_BYTES\n"
+            "orders  billing   0/1A2B3C8:2  abc-1       3        56         700\n"
+            "orders  search    0/1A00000:0  (detached)  0        0          0\n"
             "\n"
             "held:\n"
-            "orders: the buffer is full (700 bytes) and waits for consumer billing since "
+            "orders: the buffer is full (400 bytes in memory, 300 on disk) and waits for "
+            "consumer billing since "
             "2026-11-30 00:53:20 UTC\n"
             "\n"
             "errors:\n"

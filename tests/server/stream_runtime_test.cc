@@ -91,10 +91,14 @@ class ScriptedSource : public replication::StreamSource {
       {
         absl::MutexLock lock(&mu_);
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stopped_ || !run_error_.ok() || !pending_.empty();
+          return stopped_ || interrupted_ || !run_error_.ok() || !pending_.empty();
         };
         mu_.Await(absl::Condition(&ready));
         if (stopped_) return absl::OkStatus();
+        if (interrupted_) {
+          interrupted_ = false;
+          return absl::OkStatus();
+        }
         if (!run_error_.ok()) return run_error_;
         txn = pending_.front();
         pending_.pop_front();
@@ -118,6 +122,10 @@ class ScriptedSource : public replication::StreamSource {
   void Stop() override {
     absl::MutexLock lock(&mu_);
     stopped_ = true;
+  }
+  void Interrupt() override {
+    absl::MutexLock lock(&mu_);
+    interrupted_ = true;
   }
   void Wake() override {
     absl::MutexLock lock(&mu_);
@@ -163,9 +171,15 @@ class ScriptedSource : public replication::StreamSource {
       if (sink->HasRoom()) return true;
       absl::MutexLock lock(&mu_);
       const int seen = wakes_;
-      auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || wakes_ > seen; };
+      auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopped_ || interrupted_ || wakes_ > seen;
+      };
       mu_.Await(absl::Condition(&woken));
       if (stopped_) return false;
+      if (interrupted_) {
+        interrupted_ = false;
+        return false;
+      }
     }
   }
 
@@ -175,6 +189,7 @@ class ScriptedSource : public replication::StreamSource {
   absl::Status run_error_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<uint64_t, uint32_t>> pending_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool interrupted_ ABSL_GUARDED_BY(mu_) = false;
   int wakes_ ABSL_GUARDED_BY(mu_) = 0;
   int prepares_ ABSL_GUARDED_BY(mu_) = 0;
   int committed_ ABSL_GUARDED_BY(mu_) = 0;
