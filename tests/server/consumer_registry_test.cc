@@ -32,7 +32,7 @@ class ConsumerRegistryTest : public ::testing::Test {
         "s", "slot_s", buffer_bytes,
         [] { return absl::UnavailableError("stream \"s\" is still connecting: no route"); },
         [] { return replication::Lsn(0x9000); },
-        [this] { return absl::StrCat("session-", ++sessions_); }};
+        [this] { return absl::StrCat("session-", ++sessions_); }, nullptr, 0, nullptr};
   }
   // Tracks and buffers one transaction of `count` events at `commit`.
   void Deliver(ConsumerRegistry& registry, uint64_t commit, uint32_t count) {
