@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -111,6 +112,9 @@ struct StreamCheckpoint {
   // Each consumer's cumulative ack: everything up to and including the id was
   // processed.
   absl::flat_hash_map<std::string, EventId> consumers;
+  // Consumers (also in `consumers`) detached by the laggard policy: they hold
+  // nothing until an ack is stored for them again (an operator's reset).
+  absl::flat_hash_set<std::string> detached;
 
   bool slot_bound() const { return !slot_name.empty(); }
 };
@@ -136,6 +140,11 @@ class CheckpointStore {
   // Forgets a consumer's checkpoint (it no longer holds the stream back). OK when
   // there was none, so a retried call is harmless.
   virtual absl::Status RemoveConsumer(absl::string_view stream, absl::string_view consumer) = 0;
+
+  // Marks a consumer detached, keeping its checkpoint: Load reports it in
+  // `detached` until a Commit stores a higher ack for it, which clears the mark.
+  // OK when it has no checkpoint (nothing to mark), so a retry is harmless.
+  virtual absl::Status DetachConsumer(absl::string_view stream, absl::string_view consumer) = 0;
 
   // Binds the stream to a slot: records its name and identity and REPLACES the
   // confirmed LSN with `confirmed_lsn` (the new slot's confirmed_flush_lsn, i.e. its

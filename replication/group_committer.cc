@@ -165,6 +165,17 @@ absl::Status GroupCommitter::RemoveConsumer(absl::string_view stream, absl::stri
   return status;
 }
 
+absl::Status GroupCommitter::DetachConsumer(absl::string_view stream, absl::string_view consumer) {
+  {
+    absl::MutexLock lock(&mu_);
+    AcquireWriter();
+  }
+  absl::Status status = store_->DetachConsumer(stream, consumer);
+  absl::MutexLock lock(&mu_);
+  ReleaseWriter();
+  return status;
+}
+
 absl::Status GroupCommitter::BindSlot(absl::string_view stream, absl::string_view slot_name,
                                       const SlotIdentity& identity, Lsn confirmed_lsn) {
   {

@@ -63,6 +63,8 @@ class GroupCommitter {
   absl::StatusOr<StreamCheckpoint> Load(absl::string_view stream) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status RemoveConsumer(absl::string_view stream, absl::string_view consumer)
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DetachConsumer(absl::string_view stream, absl::string_view consumer)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status BindSlot(absl::string_view stream, absl::string_view slot_name,
                         const SlotIdentity& identity, Lsn confirmed_lsn) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -106,8 +106,10 @@ std::string RecoveryHint(absl::string_view stream, absl::string_view checkpoint_
 
 absl::StatusOr<StartPlan> PlanStart(const SlotCheck& check, const StreamCheckpoint& stored) {
   StartPlan plan;
-  plan.consumers = stored.consumers;
-  plan.deliver_after = MinConsumer(stored.consumers);
+  for (const auto& [name, id] : stored.consumers) {
+    (stored.detached.contains(name) ? plan.detached : plan.consumers)[name] = id;
+  }
+  plan.deliver_after = MinConsumer(plan.consumers);
   const std::string delivered = DeliveredUpTo(stored);
 
   if (stored.slot_bound()) {

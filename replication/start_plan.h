@@ -67,6 +67,8 @@ struct StartPlan {
   // never handed to the sink (EventId{} = deliver everything).
   EventId deliver_after;
   absl::flat_hash_map<std::string, EventId> consumers;  // Stored checkpoints.
+  // Detached consumers' checkpoints (not in `consumers`: they hold nothing).
+  absl::flat_hash_map<std::string, EventId> detached;
   std::vector<std::string> warnings;                    // For the log.
 };
 

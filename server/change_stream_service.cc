@@ -392,6 +392,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
         if (show_sessions[s]) consumer->set_session_id(c.session_id);
         consumer->set_unacked_events(c.unacked_events);
         consumer->set_held_bytes(c.held_bytes);
+        consumer->set_detached(c.detached);
         // A consumer that never acked lags from where it started, not by 0.
         const Lsn from =
             c.position.commit_lsn.valid() ? c.position.commit_lsn : snapshot.stream_start;

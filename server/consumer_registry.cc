@@ -11,11 +11,16 @@ ConsumerRegistry::ConsumerRegistry(Options options) : options_(std::move(options
 
 void ConsumerRegistry::Load(replication::AckTracker* tracker,
                             const absl::flat_hash_map<std::string, EventId>& checkpoints,
-                            EventId deliver_after) {
+                            EventId deliver_after,
+                            const absl::flat_hash_map<std::string, EventId>& detached) {
   absl::MutexLock lock(&mu_);
   for (const auto& [consumer, checkpoint] : checkpoints) consumers_[consumer].checkpoint = checkpoint;
+  for (const auto& [consumer, checkpoint] : detached) {
+    consumers_[consumer].checkpoint = checkpoint;
+    consumers_[consumer].detached = true;
+  }
   for (const auto& [consumer, state] : consumers_) {
-    (void)tracker->AddConsumer(consumer, state.checkpoint);
+    if (!state.detached) (void)tracker->AddConsumer(consumer, state.checkpoint);
   }
   buffer_ = StreamBuffer(deliver_after);
   floor_ = deliver_after;
@@ -170,7 +175,7 @@ bool ConsumerRegistry::ForgetIfIdleLocked(const std::string& consumer) {
   if (it == consumers_.end()) return false;
   const Consumer& state = it->second;
   if (state.checkpoint != EventId{} || state.active || state.removing || state.resetting ||
-      state.acks_in_flight > 0) {
+      state.detaching || state.acks_in_flight > 0) {
     return false;
   }
   consumers_.erase(it);
@@ -192,6 +197,7 @@ absl::Status ConsumerRegistry::BusyLocked(const std::string& consumer) const {
     return absl::AbortedError(absl::StrCat("consumer \"", consumer,
                                            "\" is being reset (ResetConsumer); resubscribe"));
   }
+  if (it->second.detaching || it->second.detached) return DetachedError(consumer, it->second);
   return absl::OkStatus();
 }
 
@@ -320,11 +326,10 @@ void ConsumerRegistry::TrimLocked() {
   // (or the first one after one that left without acking) still gets everything.
   bool any_durable = false;
   for (const auto& [name, consumer] : consumers_) {
-    any_durable = any_durable || consumer.checkpoint != EventId{};
+    any_durable = any_durable || (consumer.checkpoint != EventId{} && !consumer.detached);
   }
   if (!any_durable) return;
-  EventId floor = NeedsAfter(consumers_.begin()->second);
-  for (const auto& [name, consumer] : consumers_) floor = std::min(floor, NeedsAfter(consumer));
+  const EventId floor = NeedsAfter(consumers_.at(*LowestHolderLocked()));
   if (floor <= floor_) return;
   floor_ = floor;
   buffer_.TrimThrough(floor);

@@ -76,6 +76,7 @@ struct ConsumerSnapshot {
   std::string session_id;  // "" when no session is active.
   uint64_t unacked_events = 0;
   uint64_t held_bytes = 0;  // Buffered only because this consumer has not acked them.
+  bool detached = false;    // By the laggard policy; holds nothing.
 };
 
 // The buffer filled up (and the reader waits) because of `holder`, or stopped
@@ -123,11 +124,13 @@ class ConsumerRegistry {
   ConsumerRegistry& operator=(const ConsumerRegistry&) = delete;
 
   // The stream was prepared: the stored checkpoints (registered in `tracker`,
-  // which must outlive the registry) and the floor nothing at or below which is
-  // delivered.
+  // which must outlive the registry), the floor nothing at or below which is
+  // delivered, and the detached consumers' checkpoints (they hold nothing).
   void Load(replication::AckTracker* tracker,
             const absl::flat_hash_map<std::string, EventId>& checkpoints,
-            EventId deliver_after) ABSL_LOCKS_EXCLUDED(mu_);
+            EventId deliver_after,
+            const absl::flat_hash_map<std::string, EventId>& detached = {})
+      ABSL_LOCKS_EXCLUDED(mu_);
   bool loaded() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Ends every active session with `why`. After Stop, Open and BeginRemove are
@@ -201,6 +204,7 @@ class ConsumerRegistry {
     EventId previous;  // The checkpoint before.
     EventId target;    // Where it moves (== previous: nothing to do).
     std::shared_ptr<Session> ended;
+    bool detached = false;  // The reset re-attaches it (FinishReset tracks it again).
   };
   absl::StatusOr<ResetTicket> BeginReset(const std::string& consumer, std::optional<EventId> to)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -232,6 +236,19 @@ class ConsumerRegistry {
                               absl::StatusOr<std::vector<BufferedEvent>> read, SessionList* wake)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The laggard policy's detach, in the removal's steps. LaggardToDetach: while
+  // both tiers are full, the consumer holding the oldest events (nullopt when
+  // none can be detached). BeginDetach ends its session with the detach error
+  // and marks it busy; returns whether the mark must be stored (false for one
+  // that never acked: it is simply forgotten when its session closes). After
+  // AwaitAcksLanded and the durable mark, FinishDetach: it holds nothing, and
+  // Subscribe refuses it until a reset.
+  std::optional<std::string> LaggardToDetach() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<bool> BeginDetach(const std::string& consumer, SessionList* ended)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void FinishDetach(const std::string& consumer, SessionList* wake) ABSL_LOCKS_EXCLUDED(mu_);
+  void AbandonDetach(const std::string& consumer) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Reader side (never blocks). When the buffer becomes full, `*change` says so
   // and names the consumer that holds the stream; when it has had room for
   // kHoldSettle since (a slow consumer refills it at once), that it ended.
@@ -251,6 +268,11 @@ class ConsumerRegistry {
     bool removing = false;
     // ResetConsumer is storing a new checkpoint: no session may start.
     bool resetting = false;
+    // The laggard policy is storing its detach: no session may start.
+    bool detaching = false;
+    // Detached: holds nothing (not in the tracker, not in the floor) and may not
+    // subscribe until a reset moves its checkpoint to what is still held.
+    bool detached = false;
     // Where its current session started (the position of a consumer that never
     // acked, for status).
     EventId session_start;
@@ -258,10 +280,13 @@ class ConsumerRegistry {
     int acks_in_flight = 0;
   };
   // What a consumer still needs: everything after its checkpoint, or, before
-  // its first ack, after where its session started.
+  // its first ack, after where its session started. A detached one needs
+  // nothing (callers skip it).
   static EventId NeedsAfter(const Consumer& c) {
     return c.checkpoint != EventId{} ? c.checkpoint : c.session_start;
   }
+  // The consumer with the lowest NeedsAfter among those that hold the stream.
+  const std::string* LowestHolderLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct SessionEntry {
     std::shared_ptr<Session> session;
     SessionFramer framer;
@@ -288,6 +313,10 @@ class ConsumerRegistry {
   // Registers a new session starting after `start`.
   std::shared_ptr<Session> AddSessionLocked(const std::string& consumer, SessionOptions options,
                                             EventId start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error a detached consumer's Subscribe gets: its checkpoint, what the
+  // stream still holds, and the command that re-attaches it.
+  absl::Status DetachedError(const std::string& consumer, const Consumer& state) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why `consumer` cannot start a session now (being removed or reset), or OK.
   absl::Status BusyLocked(const std::string& consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes of the buffered events after `from` up to and including `through`.

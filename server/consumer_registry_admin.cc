@@ -22,12 +22,95 @@ absl::StatusOr<ConsumerRegistry::Consumer*> ConsumerRegistry::AdminTargetLocked(
                                             consumer, "\" (never subscribed, or already removed)"));
   }
   Consumer& state = it->second;
-  if (state.removing || state.resetting) {
-    return absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" is being ",
-                                           state.removing ? "removed" : "reset",
-                                           " by another call"));
+  if (state.removing || state.resetting || state.detaching) {
+    return absl::AbortedError(absl::StrCat(
+        "consumer \"", consumer, "\" is being ",
+        state.removing ? "removed" : state.resetting ? "reset" : "detached", " by another call"));
   }
   return &state;
+}
+
+const std::string* ConsumerRegistry::LowestHolderLocked() const {
+  const std::string* holder = nullptr;
+  EventId lowest;
+  for (const auto& [name, consumer] : consumers_) {
+    if (consumer.detached) continue;
+    if (holder == nullptr || NeedsAfter(consumer) < lowest) {
+      holder = &name;
+      lowest = NeedsAfter(consumer);
+    }
+  }
+  return holder;
+}
+
+absl::Status ConsumerRegistry::DetachedError(const std::string& consumer,
+                                             const Consumer& state) const {
+  const std::string checkpoint =
+      state.checkpoint == EventId{} ? "none" : state.checkpoint.ToString();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "consumer \"", consumer, "\" of stream \"", options_.stream,
+      "\" was detached by laggard_policy detach: it fell too far behind (the stream's "
+      "retention was full) and no longer holds the stream. Its checkpoint is ", checkpoint,
+      "; the stream holds only the events after ", floor_.ToString(),
+      ", so the events in between are lost to it. To resume, accepting that gap, run "
+      "`walfeed reset-consumer --stream ",
+      options_.stream, " --consumer ", consumer,
+      " --to-head --yes` (or --to an id after ", floor_.ToString(),
+      "); or `walfeed remove-consumer` to forget it"));
+}
+
+std::optional<std::string> ConsumerRegistry::LaggardToDetach() {
+  absl::MutexLock lock(&mu_);
+  if (!loaded_ || stopping_ || failed_ || !FullLocked()) return std::nullopt;
+  const std::string* holder = LowestHolderLocked();
+  if (holder == nullptr) return std::nullopt;
+  const Consumer& state = consumers_.at(*holder);
+  if (state.removing || state.resetting || state.detaching) return std::nullopt;
+  // Detaching the one durable consumer would free nothing (nothing is dropped
+  // before some consumer has a checkpoint) and cost it its position.
+  bool other_durable = false;
+  for (const auto& [name, other] : consumers_) {
+    other_durable = other_durable ||
+                    (name != *holder && !other.detached && other.checkpoint != EventId{});
+  }
+  if (!other_durable) return std::nullopt;
+  return *holder;
+}
+
+absl::StatusOr<bool> ConsumerRegistry::BeginDetach(const std::string& consumer,
+                                                   SessionList* ended) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Consumer*> found = AdminTargetLocked(consumer);
+  if (!found.ok()) return found.status();
+  Consumer& state = **found;
+  if (state.detached) return false;
+  state.detaching = true;
+  if (state.active) {
+    ended->push_back(EndLocked(state.active, DetachedError(consumer, state)));
+    state.active.reset();
+  }
+  if (state.checkpoint != EventId{}) return true;
+  // Never acked: no durable position to mark; with its session gone it holds
+  // nothing and is forgotten.
+  state.detaching = false;
+  ForgetIfIdleLocked(consumer);
+  return false;
+}
+
+void ConsumerRegistry::FinishDetach(const std::string& consumer, SessionList* wake) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = consumers_.find(consumer); it != consumers_.end()) {
+    it->second.detaching = false;
+    it->second.detached = true;
+    (void)tracker_->RemoveConsumer(consumer);
+  }
+  TrimLocked();
+  *wake = TakeWaitingLocked();
+}
+
+void ConsumerRegistry::AbandonDetach(const std::string& consumer) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = consumers_.find(consumer); it != consumers_.end()) it->second.detaching = false;
 }
 
 absl::StatusOr<std::shared_ptr<Session>> ConsumerRegistry::BeginRemove(
@@ -79,6 +162,13 @@ absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
   Consumer& state = **found;
   ResetTicket ticket;
   ticket.previous = state.checkpoint;
+  ticket.detached = state.detached;
+  if (state.detached && to && *to < floor_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot reset detached consumer \"", consumer, "\" to ", to->ToString(),
+        ": the stream holds only the events after ", floor_.ToString(),
+        "; reset it to an id after that, or --to-head"));
+  }
   if (!to) {
     ticket.target = std::max(state.checkpoint, buffer_.newest());
   } else {
@@ -113,6 +203,8 @@ absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
       ticket.target = e->id;
     }
   }
+  // A detached consumer re-attaches at what is still held at the earliest.
+  if (state.detached) ticket.target = std::max(ticket.target, floor_);
   state.resetting = true;
   if (state.active) {
     ticket.ended = EndLocked(
@@ -131,6 +223,11 @@ void ConsumerRegistry::FinishReset(const std::string& consumer, EventId target,
   if (auto it = consumers_.find(consumer); it != consumers_.end()) {
     it->second.resetting = false;
     it->second.checkpoint = std::max(it->second.checkpoint, target);
+    if (it->second.detached && it->second.checkpoint >= floor_) {
+      // Re-attached: it holds the stream again from its new checkpoint.
+      it->second.detached = false;
+      (void)tracker_->AddConsumer(consumer, it->second.checkpoint);
+    }
   }
   ForgetIfIdleLocked(consumer);  // A reset to nothing of one that never acked.
   TrimLocked();
@@ -153,14 +250,7 @@ bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
   const absl::Time now = absl::Now();
   if (!room) {
     // The consumer with the lowest checkpoint keeps the oldest events.
-    const std::string* holder = nullptr;
-    EventId lowest;
-    for (const auto& [name, consumer] : consumers_) {
-      if (holder == nullptr || NeedsAfter(consumer) < lowest) {
-        holder = &name;
-        lowest = NeedsAfter(consumer);
-      }
-    }
+    const std::string* holder = LowestHolderLocked();
     const std::string name = holder != nullptr ? *holder : std::string();
     if (hold_) {
       hold_->room_since.reset();  // Still (or again) held: the episode goes on.
@@ -221,6 +311,7 @@ RegistrySnapshot ConsumerRegistry::Snapshot() const {
     c.name = name;
     c.checkpoint = consumer.checkpoint;
     c.position = consumer.checkpoint != EventId{} ? consumer.checkpoint : consumer.session_start;
+    c.detached = consumer.detached;
     if (consumer.active) {
       c.session_id = consumer.active->id();
       c.unacked_events = sessions_.at(consumer.active.get()).framer.unacked_events();
@@ -228,11 +319,11 @@ RegistrySnapshot ConsumerRegistry::Snapshot() const {
     // What it alone holds: after its checkpoint, up to the lowest other one.
     std::optional<EventId> others;
     for (const auto& [other_name, other] : consumers_) {
-      if (other_name != name) {
+      if (other_name != name && !other.detached) {
         others = std::min(others.value_or(NeedsAfter(other)), NeedsAfter(other));
       }
     }
-    c.held_bytes = BytesBetweenLocked(NeedsAfter(consumer), others);
+    if (!consumer.detached) c.held_bytes = BytesBetweenLocked(NeedsAfter(consumer), others);
     snapshot.consumers.push_back(std::move(c));
   }
   std::sort(snapshot.consumers.begin(), snapshot.consumers.end(),

@@ -34,7 +34,7 @@ void RetentionWorker::Main() {
       if (stopping_) return;
       notified_ = false;
     }
-    spill_->Reap();
+    if (spill_ != nullptr) spill_->Reap();
     for (const ConsumerRegistry::DiskRequest& request : registry_->TakeDiskRequests()) {
       SessionList wake;
       absl::Status served = registry_->FinishDiskRead(

@@ -1,11 +1,12 @@
-// RetentionWorker: a stream's disk-tier thread. It reads the spill for sessions
+// RetentionWorker: a stream's retention thread. It reads the spill for sessions
 // whose cursor is below memory (ConsumerRegistry::TakeDiskRequests /
 // FinishDiskRead), so no gRPC reactor and no holder of the registry's mutex
-// ever waits on the disk; it deletes the files of trimmed segments; and it
-// reports a damaged spill (on_damage), once per run of the stream.
+// ever waits on the disk; it deletes the files of trimmed segments; it reports
+// a damaged spill (on_damage); and on_tick runs what may block on the
+// checkpoint store (the laggard policy's detach), off the reader thread.
 //
-//   want_disk (any thread) ─► Notify ─► Main: Reap, read each request, hand
-//   it over, wake its session ─► every second: on_tick (retry a failed spill)
+//   want_disk / a full stream (any thread) ─► Notify ─► Main: Reap, read each
+//   request, hand it over, wake its session ─► on_tick (also every second)
 #ifndef WALFEED_SERVER_RETENTION_WORKER_H_
 #define WALFEED_SERVER_RETENTION_WORKER_H_
 
@@ -28,7 +29,7 @@ class RetentionWorker {
     std::function<void()> on_tick;  // About once a second.
   };
 
-  // `registry` and `spill` must outlive the worker.
+  // `registry` and `spill` (may be null: no disk tier) must outlive the worker.
   RetentionWorker(ConsumerRegistry* registry, spill::SpillLog* spill, Hooks hooks);
   ~RetentionWorker();  // Stops.
   RetentionWorker(const RetentionWorker&) = delete;

@@ -60,7 +60,7 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
               [this](const replication::StartPlan& plan, replication::AckTracker* tracker) {
                 tracker_.store(tracker);
                 stream_start_.store(plan.start.value());
-                registry_.Load(tracker, plan.consumers, plan.deliver_after);
+                registry_.Load(tracker, plan.consumers, plan.deliver_after, plan.detached);
               },
               [this](const absl::Status& why) { WakeAll(registry_.Fail(why)); },
               std::move(on_state)}) {}
@@ -68,18 +68,54 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
 StreamRuntime::~StreamRuntime() { Stop(absl::UnavailableError("walfeed-server is stopping")); }
 
 void StreamRuntime::Start() {
-  if (spill_) {
-    retention_ = std::make_unique<RetentionWorker>(
-        &registry_, spill_.get(),
-        RetentionWorker::Hooks{[this](const absl::Status& why) { RestartFromSlot(why); },
-                               [this] {
-                                 // A failed spill write is retried when the reader
-                                 // next asks for room.
-                                 if (spill_failing_.load()) source_->Wake();
-                               }});
-    retention_->Start();
-  }
+  retention_ = std::make_unique<RetentionWorker>(
+      &registry_, spill_.get(),
+      RetentionWorker::Hooks{[this](const absl::Status& why) { RestartFromSlot(why); },
+                             [this] {
+                               // A failed spill write is retried when the reader
+                               // next asks for room.
+                               if (spill_failing_.load()) source_->Wake();
+                               if (options_.retention.laggard_policy != LaggardPolicy::kDetach) {
+                                 return;
+                               }
+                               while (std::optional<std::string> laggard =
+                                          registry_.LaggardToDetach()) {
+                                 DetachLaggard(*laggard);
+                               }
+                             }});
+  retention_->Start();
   supervisor_.Start();
+}
+
+void StreamRuntime::DetachLaggard(const std::string& consumer) {
+  SessionList ended;
+  absl::StatusOr<bool> durable = registry_.BeginDetach(consumer, &ended);
+  WakeAll(ended);
+  if (!durable.ok()) return;  // Removed, reset or stopping meanwhile.
+  if (*durable) {
+    const EventId checkpoint = registry_.AwaitAcksLanded(consumer);
+    absl::Status stored = source_->committer()->DetachConsumer(name(), consumer);
+    if (!stored.ok()) {
+      registry_.AbandonDetach(consumer);
+      StreamLogger()->error("stream {}: could not store the detach of consumer {}: {}; it still "
+                            "holds the stream, retrying in a second",
+                            name(), consumer, stored.ToString());
+      return;
+    }
+    SessionList wake;
+    registry_.FinishDetach(consumer, &wake);
+    WakeAll(wake);
+    StreamLogger()->warn(
+        "stream {}: consumer {} detached by laggard_policy detach (retention_bytes {} full; "
+        "its checkpoint {}): it no longer holds the stream or the slot, and its Subscribe "
+        "fails until `walfeed reset-consumer` re-attaches it",
+        name(), consumer, options_.retention.retention_bytes, IdOrNone(checkpoint));
+  } else {
+    StreamLogger()->warn("stream {}: consumer {} (never acked) ended by laggard_policy detach: "
+                         "the stream's retention is full",
+                         name(), consumer);
+  }
+  source_->Wake();  // The buffer may have room again.
 }
 
 void StreamRuntime::Stop(const absl::Status& why) {
@@ -96,7 +132,7 @@ void StreamRuntime::RestartFromSlot(const absl::Status& why) {
   WakeAll(registry_.Unload(absl::UnavailableError(
       absl::StrCat("stream \"", name(), "\" is being re-read from its slot (", why.message(),
                    "); subscribe again"))));
-  spill_->Clear();
+  if (spill_) spill_->Clear();
   supervisor_.Restart(why);
 }
 
@@ -218,7 +254,10 @@ absl::StatusOr<StreamRuntime::ResetOutcome> StreamRuntime::ResetConsumer(
                                                  consumer, "\": ", durable.message(),
                                                  "; its checkpoint is unchanged, retry"));
     }
-    if (absl::Status tracked = tracker_.load()->Ack(consumer, target); !tracked.ok()) {
+    // A detached consumer is not tracked: FinishReset adds it at its target.
+    absl::Status tracked =
+        ticket->detached ? absl::OkStatus() : tracker_.load()->Ack(consumer, target);
+    if (!tracked.ok()) {
       StreamLogger()->warn("stream {}: consumer {}: reset to {} stored but not tracked: {}",
                            name(), consumer, target.ToString(), tracked.ToString());
     }
@@ -250,6 +289,9 @@ bool StreamRuntime::HasRoom() {
     std::optional<HoldChange> again;
     room = registry_.HasRoom(&again);
     if (again) change = again;
+  }
+  if (!room && options_.retention.laggard_policy == LaggardPolicy::kDetach) {
+    retention_->Notify();  // It detaches the laggard, off this thread.
   }
   if (change && change->started) {
     StreamLogger()->warn(

@@ -148,6 +148,10 @@ class StreamRuntime : public replication::StreamSink {
   // What was held can no longer be served (a damaged spill): every session
   // ends UNAVAILABLE and the stream is read again from its stored position.
   void RestartFromSlot(const absl::Status& why);
+  // The laggard policy's detach of `consumer`, in the removal's order: the
+  // registry marks it and ends its session, its acks in flight land, the mark
+  // is stored, then it stops holding the stream. Blocks on the store.
+  void DetachLaggard(const std::string& consumer);
 
   const RuntimeOptions options_;
   const std::unique_ptr<replication::StreamSource> source_;
@@ -159,7 +163,7 @@ class StreamRuntime : public replication::StreamSink {
   std::atomic<replication::AckTracker*> tracker_{nullptr};
   std::atomic<uint64_t> stream_start_{0};  // The plan's start LSN, for status.
   ConsumerRegistry registry_;
-  std::unique_ptr<RetentionWorker> retention_;  // With a spill only.
+  std::unique_ptr<RetentionWorker> retention_;
   StreamSupervisor supervisor_;
 };
 

@@ -90,7 +90,12 @@ CREATE TABLE IF NOT EXISTS $schema.consumer_checkpoints (
   commit_lsn pg_lsn NOT NULL,
   event_index bigint NOT NULL CHECK (event_index BETWEEN 0 AND 4294967295),
   updated_at timestamptz NOT NULL DEFAULT now(),
+  detached_at timestamptz,
   PRIMARY KEY (stream, consumer)))sql";
+
+// Tables created before the laggard policy existed lack detached_at.
+constexpr absl::string_view kDetachedColumnDdl = R"sql(
+ALTER TABLE $schema.consumer_checkpoints ADD COLUMN IF NOT EXISTS detached_at timestamptz)sql";
 
 constexpr absl::string_view kTableComment =
     "walfeed checkpoints. Written only by walfeed; walfeed drops changes to this "
@@ -101,7 +106,7 @@ constexpr absl::string_view kTableComment =
 // snapshot.
 constexpr absl::string_view kLoadSql = R"sql(
 SELECT s.slot_name, s.slot_system_identifier, s.slot_database_oid, s.slot_plugin,
-       s.confirmed_lsn, c.consumer, c.commit_lsn, c.event_index
+       s.confirmed_lsn, c.consumer, c.commit_lsn, c.event_index, c.detached_at IS NOT NULL
 FROM (SELECT $1::text AS stream) AS k
 LEFT JOIN $schema.stream_checkpoints AS s USING (stream)
 LEFT JOIN $schema.consumer_checkpoints AS c USING (stream))sql";
@@ -109,6 +114,7 @@ LEFT JOIN $schema.consumer_checkpoints AS c USING (stream))sql";
 // One statement, hence one transaction. Data-modifying CTEs always run to
 // completion. The WHERE clauses of ON CONFLICT make both values cumulative: a row
 // is only updated by a strictly greater (commit_lsn, index) or confirmed LSN.
+// A stored ack clears a consumer's detached mark (the operator's reset).
 constexpr absl::string_view kCommitSql = R"sql(
 WITH acks AS (
   INSERT INTO $schema.consumer_checkpoints AS c
@@ -117,7 +123,7 @@ WITH acks AS (
   FROM unnest($2::text[], $3::pg_lsn[], $4::bigint[]) AS a(consumer, commit_lsn, event_index)
   ON CONFLICT (stream, consumer) DO UPDATE
     SET commit_lsn = excluded.commit_lsn, event_index = excluded.event_index,
-        updated_at = excluded.updated_at
+        updated_at = excluded.updated_at, detached_at = NULL
     WHERE (excluded.commit_lsn, excluded.event_index) > (c.commit_lsn, c.event_index)
   RETURNING 1
 ), confirmed AS (
@@ -132,6 +138,10 @@ SELECT (SELECT count(*) FROM acks), (SELECT count(*) FROM confirmed))sql";
 
 constexpr absl::string_view kRemoveSql = R"sql(
 DELETE FROM $schema.consumer_checkpoints WHERE stream = $1::text AND consumer = $2::text)sql";
+
+constexpr absl::string_view kDetachSql = R"sql(
+UPDATE $schema.consumer_checkpoints SET detached_at = now(), updated_at = now()
+WHERE stream = $1::text AND consumer = $2::text AND detached_at IS NULL)sql";
 
 constexpr absl::string_view kBindSql = R"sql(
 INSERT INTO $schema.stream_checkpoints AS s
@@ -178,6 +188,7 @@ PgCheckpointStore::PgCheckpointStore(Options options)
       load_sql_(Sql(kLoadSql, QuoteIdentifier(options_.schema))),
       commit_sql_(Sql(kCommitSql, QuoteIdentifier(options_.schema))),
       remove_sql_(Sql(kRemoveSql, QuoteIdentifier(options_.schema))),
+      detach_sql_(Sql(kDetachSql, QuoteIdentifier(options_.schema))),
       bind_sql_(Sql(kBindSql, QuoteIdentifier(options_.schema))) {}
 
 absl::StatusOr<std::unique_ptr<PgCheckpointStore>> PgCheckpointStore::Open(Options options) {
@@ -255,6 +266,23 @@ absl::Status PgCheckpointStore::CreateSchema() {
       WALFEED_RETURN_IF_ERROR(Exec(conn, absl::StrCat("COMMENT ON TABLE ", consumer_table, " IS ",
                                                       QuoteLiteral(kTableComment)))
                                   .status());
+    } else {
+      WALFEED_ASSIGN_OR_RETURN(
+          PgResultPtr column,
+          Exec(conn,
+               "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND "
+               "attname = 'detached_at' AND NOT attisdropped",
+               {consumer_table}));
+      if (Value(column.get(), 0, 0) == "0") {
+        absl::Status added = Exec(conn, Sql(kDetachedColumnDdl, quoted)).status();
+        if (!added.ok()) {
+          return absl::Status(added.code(),
+                              absl::StrCat("adding column detached_at to ", consumer_table,
+                                           " (walfeed's laggard policy needs it): ",
+                                           added.message(), "; as the table's owner run ",
+                                           Sql(kDetachedColumnDdl, quoted)));
+        }
+      }
     }
     return Exec(conn, "COMMIT").status();
   };
@@ -326,6 +354,7 @@ absl::StatusOr<StreamCheckpoint> PgCheckpointStore::Load(absl::string_view strea
     WALFEED_ASSIGN_OR_RETURN(id.index,
                              ParseIntColumn<uint32_t>(Value(rows, row, 7), "event_index"));
     checkpoint.consumers[*consumer] = id;
+    if (Value(rows, row, 8) == "t") checkpoint.detached.insert(*consumer);
   }
   return checkpoint;
 }
@@ -373,6 +402,20 @@ absl::Status PgCheckpointStore::RemoveConsumer(absl::string_view stream,
     return WithContext(
         result.status(), remove_sql_,
         absl::StrCat("removing consumer \"", consumer, "\" of stream \"", stream, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PgCheckpointStore::DetachConsumer(absl::string_view stream,
+                                               absl::string_view consumer) {
+  WALFEED_RETURN_IF_ERROR(CheckName("stream", stream));
+  WALFEED_RETURN_IF_ERROR(CheckName("consumer", consumer));
+  absl::StatusOr<PgResultPtr> result =
+      Run(detach_sql_, {std::string(stream), std::string(consumer)});
+  if (!result.ok()) {
+    return WithContext(
+        result.status(), detach_sql_,
+        absl::StrCat("detaching consumer \"", consumer, "\" of stream \"", stream, "\""));
   }
   return absl::OkStatus();
 }

@@ -65,6 +65,7 @@ class PgCheckpointStore : public CheckpointStore {
                       const std::vector<std::pair<std::string, EventId>>& acks,
                       std::optional<Lsn> confirmed_lsn) override;
   absl::Status RemoveConsumer(absl::string_view stream, absl::string_view consumer) override;
+  absl::Status DetachConsumer(absl::string_view stream, absl::string_view consumer) override;
   absl::Status BindSlot(absl::string_view stream, absl::string_view slot_name,
                         const SlotIdentity& identity, Lsn confirmed_lsn) override;
 
@@ -86,6 +87,7 @@ class PgCheckpointStore : public CheckpointStore {
   const std::string load_sql_;
   const std::string commit_sql_;
   const std::string remove_sql_;
+  const std::string detach_sql_;
   const std::string bind_sql_;
   PgConnPtr conn_;  // Null after a transient error until the next call reconnects.
   uint64_t connects_ = 0;

@@ -111,6 +111,7 @@ class FakeStore : public CheckpointStore {
       auto [it, inserted] = checkpoint.consumers.emplace(consumer, id);
       if (inserted) continue;
       if (id < it->second) ++regressions_;
+      if (id > it->second) checkpoint.detached.erase(consumer);
       it->second = std::max(it->second, id);
     }
     if (confirmed_lsn.has_value()) {
@@ -123,6 +124,11 @@ class FakeStore : public CheckpointStore {
     absl::MutexLock lock(&mu_);
     EXPECT_FALSE(in_commit_) << "RemoveConsumer during a Commit";
     streams_[stream].consumers.erase(consumer);
+    return absl::OkStatus();
+  }
+  absl::Status DetachConsumer(absl::string_view stream, absl::string_view consumer) override {
+    absl::MutexLock lock(&mu_);
+    if (streams_[stream].consumers.contains(consumer)) streams_[stream].detached.insert(std::string(consumer));
     return absl::OkStatus();
   }
 

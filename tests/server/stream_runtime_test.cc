@@ -40,6 +40,7 @@ class MemoryCheckpointStore : public replication::CheckpointStore {
                       std::optional<Lsn> confirmed) override {
     absl::MutexLock lock(&mu_);
     for (const auto& [consumer, id] : acks) {
+      if (id > stored_.consumers[consumer]) stored_.detached.erase(consumer);
       stored_.consumers[consumer] = std::max(stored_.consumers[consumer], id);
     }
     if (confirmed) stored_.confirmed_lsn = std::max(stored_.confirmed_lsn, *confirmed);
@@ -48,6 +49,12 @@ class MemoryCheckpointStore : public replication::CheckpointStore {
   absl::Status RemoveConsumer(absl::string_view, absl::string_view consumer) override {
     absl::MutexLock lock(&mu_);
     stored_.consumers.erase(consumer);
+    stored_.detached.erase(consumer);
+    return absl::OkStatus();
+  }
+  absl::Status DetachConsumer(absl::string_view, absl::string_view consumer) override {
+    absl::MutexLock lock(&mu_);
+    if (stored_.consumers.contains(consumer)) stored_.detached.insert(std::string(consumer));
     return absl::OkStatus();
   }
   absl::Status BindSlot(absl::string_view, absl::string_view, const replication::SlotIdentity&,
