@@ -293,7 +293,14 @@ bool StreamRuntime::HasRoom() {
   if (!room && options_.retention.laggard_policy == LaggardPolicy::kDetach) {
     retention_->Notify();  // It detaches the laggard, off this thread.
   }
-  if (change && change->started) {
+  if (change && change->started &&
+      options_.retention.laggard_policy == LaggardPolicy::kDetach && !change->holder.empty()) {
+    StreamLogger()->warn("stream {}: the buffer is full ({} bytes held; buffer_bytes {}, "
+                         "retention_bytes {} on disk) because of consumer {}: detaching it "
+                         "(laggard_policy detach)",
+                         name(), change->held_bytes, options_.buffer_bytes,
+                         spill_ ? options_.retention.retention_bytes : 0, change->holder);
+  } else if (change && change->started) {
     StreamLogger()->warn(
         "stream {}: the buffer is full ({} bytes held; buffer_bytes {}, retention_bytes {} on "
         "disk): the stream waits for consumer {}, which has not acked the oldest of them; it "
