@@ -70,6 +70,20 @@ TEST(PlanStartTest, BoundStreamStartsFromTheStoredPosition) {
   EXPECT_EQ(plan->consumers.size(), 2u);
 }
 
+// A detached consumer holds nothing: it is planned apart and does not lower
+// what is delivered.
+TEST(PlanStartTest, DetachedConsumersDoNotLowerTheDeliveryFloor) {
+  StreamCheckpoint stored = Bound("0/1600000");
+  stored.consumers["slow"] = EventId{L("0/1400000"), 0};
+  stored.consumers["fast"] = EventId{L("0/1590000"), 0};
+  stored.detached.insert("slow");
+  absl::StatusOr<StartPlan> plan = PlanStart(Check(Slot("0/1600000")), stored);
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->deliver_after, (EventId{L("0/1590000"), 0}));
+  EXPECT_EQ(plan->consumers.size(), 1u);
+  EXPECT_EQ(plan->detached.at("slow"), (EventId{L("0/1400000"), 0}));
+}
+
 // §4.4: after a PostgreSQL restart the slot may be behind what walfeed confirmed.
 // The stored (higher) position is requested and wins.
 TEST(PlanStartTest, RegressedSlotStartsFromTheHigherStoredPosition) {

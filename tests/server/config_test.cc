@@ -135,6 +135,11 @@ TEST(ConfigTest, ExampleFileParses) {
   EXPECT_EQ(config->streams[1].name, "inventory");
   EXPECT_EQ(config->streams[1].conninfo, "host=inv dbname=inv password=example");
   EXPECT_FALSE(config->streams[1].create_missing);
+  EXPECT_EQ(config->state_dir, "/var/lib/walfeed");
+  EXPECT_EQ(config->RetentionFor("orders").retention_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(config->RetentionFor("orders").laggard_policy, LaggardPolicy::kHold);
+  EXPECT_EQ(config->RetentionFor("inventory").retention_bytes, uint64_t{256} << 20);
+  EXPECT_EQ(config->RetentionFor("inventory").laggard_policy, LaggardPolicy::kDetach);
   EXPECT_FALSE(ListensBeyondLoopback(config->listen));
 
   // Without its variable the example names the variable, not a value.
@@ -163,6 +168,9 @@ defaults:
   progress_interval: 250ms
   buffer_bytes: 8192
   read_coalesce: 0s
+  retention_bytes: 2097152
+  laggard_policy: detach
+state_dir: state
 streams:
   - name: orders
     conninfo: "host=localhost dbname=app"
@@ -190,6 +198,9 @@ streams:
   EXPECT_EQ(config->defaults.progress_interval, absl::Milliseconds(250));
   EXPECT_EQ(config->defaults.buffer_bytes, 8192u);
   EXPECT_EQ(config->defaults.read_coalesce, absl::ZeroDuration());
+  EXPECT_EQ(config->state_dir, "/etc/walfeed/state");
+  EXPECT_EQ(config->RetentionFor("orders").retention_bytes, 2097152u);
+  EXPECT_EQ(config->RetentionFor("orders").laggard_policy, LaggardPolicy::kDetach);
   EXPECT_THAT(config->streams[0].publication_names, ElementsAre("p1", "p2"));
   EXPECT_THAT(config->streams[0].tables, ElementsAre("public.orders"));
   EXPECT_TRUE(config->streams[0].create_missing);
@@ -219,6 +230,23 @@ TEST(ConfigTest, UnknownKeysNameTheirPathAndTheAllowedKeys) {
               StatusIs(kInvalid, HasSubstr("checkpoint.schemas: unknown key")));
   EXPECT_THAT(Parse(absl::StrCat(kValid, "defaults: {batch_events: 1}\n")),
               StatusIs(kInvalid, HasSubstr("defaults.batch_events: unknown key")));
+}
+
+TEST(ConfigTest, RetentionSettingsAreBoundedAndNamed) {
+  EXPECT_THAT(Parse(absl::StrCat(kValid, "defaults: {retention_bytes: 1000}\n")),
+              StatusIs(kInvalid, HasSubstr("defaults.retention_bytes")));
+  EXPECT_THAT(Parse(absl::StrCat(kValid, "defaults: {laggard_policy: drop}\n")),
+              StatusIs(kInvalid, AllOf(HasSubstr("defaults.laggard_policy"),
+                                       HasSubstr("expected hold"), HasSubstr("\"drop\""))));
+  EXPECT_THAT(Parse(WithStreamLines("    laggard_policy: later\n")),
+              StatusIs(kInvalid, HasSubstr("streams[0].laggard_policy")));
+  // A stream's own setting starts from the defaults.
+  absl::StatusOr<ServerConfig> config = Parse(absl::StrCat(
+      "defaults: {retention_bytes: 4194304}\n", WithStreamLines("    laggard_policy: detach\n")));
+  ASSERT_THAT(config, IsOk());
+  EXPECT_EQ(config->RetentionFor("orders").retention_bytes, 4194304u);
+  EXPECT_EQ(config->RetentionFor("orders").laggard_policy, LaggardPolicy::kDetach);
+  EXPECT_TRUE(config->state_dir.empty()) << "no state_dir: nothing spills";
 }
 
 TEST(ConfigTest, RepeatedKeysAreErrors) {

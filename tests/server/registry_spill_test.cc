@@ -187,6 +187,62 @@ TEST_F(RegistrySpillTest, AFullBudgetHoldsTheStreamAndNamesTheLaggard) {
   EXPECT_TRUE(Feed(*registry, 0x200 + 16 * fed));
 }
 
+TEST_F(RegistrySpillTest, DetachingTheLaggardFreesTheStreamUntilAResetReattachesIt) {
+  std::unique_ptr<ConsumerRegistry> registry = Make(/*retention=*/20 * event_bytes_);
+  absl::StatusOr<OpenedSession> fast = registry->Open("fast", std::nullopt, Unwindowed());
+  absl::StatusOr<OpenedSession> slow = registry->Open("slow", std::nullopt, Unwindowed());
+  ASSERT_TRUE(Feed(*registry, 0x100));
+  Drain(*registry, *fast->session);
+  Drain(*registry, *slow->session);
+  ASSERT_THAT(Ack(*registry, *fast, Id(0x100, 0)), IsOk());
+  ASSERT_THAT(Ack(*registry, *slow, Id(0x100, 0)), IsOk());
+  EXPECT_EQ(registry->LaggardToDetach(), std::nullopt) << "nothing is full yet";
+  uint64_t fed = 0;
+  while (Feed(*registry, 0x200 + 16 * fed)) {
+    ++fed;
+    std::vector<std::string> ids = Drain(*registry, *fast->session);
+    if (!ids.empty()) {
+      ASSERT_THAT(Ack(*registry, *fast, *EventId::Parse(ids.back())), IsOk());
+    }
+    ASSERT_LT(fed, 1000u);
+  }
+  ASSERT_EQ(registry->LaggardToDetach(), "slow");
+
+  SessionList ended;
+  absl::StatusOr<bool> durable = registry->BeginDetach("slow", &ended);
+  ASSERT_THAT(durable.status(), IsOk());
+  EXPECT_TRUE(*durable) << "it has a checkpoint: the mark must be stored";
+  ASSERT_EQ(ended.size(), 1u);
+  std::string frame;
+  std::optional<absl::Status> end;
+  registry->NextFrame(*slow->session, kNow, &frame, &end);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_THAT(*end, StatusIs(absl::StatusCode::kFailedPrecondition));
+  SessionList wake;
+  registry->FinishDetach("slow", &wake);
+  EXPECT_TRUE(Feed(*registry, 0x200 + 16 * fed)) << "the stream has room again";
+  EXPECT_EQ(registry->Snapshot().spilled_bytes, 0u) << "what only slow needed is dropped";
+
+  absl::StatusOr<OpenedSession> refused = registry->Open("slow", std::nullopt, Unwindowed());
+  EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("0/100:0"),
+                               ::testing::HasSubstr("walfeed reset-consumer --stream s "
+                                                    "--consumer slow --to-head --yes")));
+  const RegistrySnapshot snapshot = registry->Snapshot();
+  ASSERT_EQ(snapshot.consumers.size(), 2u);
+  EXPECT_TRUE(snapshot.consumers[1].detached);
+
+  // A reset to the head re-attaches it: it subscribes and holds the stream again.
+  absl::StatusOr<ConsumerRegistry::ResetTicket> reset = registry->BeginReset("slow", std::nullopt);
+  ASSERT_THAT(reset.status(), IsOk());
+  EXPECT_TRUE(reset->detached);
+  EXPECT_GT(reset->target, reset->previous);
+  registry->FinishReset("slow", reset->target, &wake);
+  EXPECT_FALSE(registry->Snapshot().consumers[1].detached);
+  EXPECT_THAT(registry->Open("slow", std::nullopt, Unwindowed()).status(), IsOk());
+}
+
 TEST_F(RegistrySpillTest, ADamagedSpillIsReportedNeverServed) {
   std::unique_ptr<ConsumerRegistry> registry = Make(uint64_t{1} << 30);
   absl::StatusOr<OpenedSession> fast = registry->Open("fast", std::nullopt, Unwindowed());

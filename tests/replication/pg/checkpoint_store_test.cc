@@ -159,6 +159,42 @@ TEST_F(PgCheckpointStoreTest, RemoveConsumer) {
   EXPECT_EQ(checkpoint->consumers.at("gone"), Id(0x1, 0));
 }
 
+TEST_F(PgCheckpointStoreTest, DetachKeepsTheCheckpointUntilAHigherAckClearsIt) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ASSERT_THAT(store->Commit("s", {{"slow", Id(0x10, 0)}, {"fast", Id(0x20, 0)}}, std::nullopt),
+              IsOk());
+  ASSERT_THAT(store->DetachConsumer("s", "slow"), IsOk());
+  EXPECT_THAT(store->DetachConsumer("s", "slow"), IsOk());     // Idempotent.
+  EXPECT_THAT(store->DetachConsumer("s", "unknown"), IsOk());  // Nothing to mark.
+  absl::StatusOr<StreamCheckpoint> checkpoint = store->Load("s");
+  ASSERT_THAT(checkpoint, IsOk());
+  EXPECT_EQ(checkpoint->consumers.at("slow"), Id(0x10, 0)) << "the checkpoint is kept";
+  EXPECT_THAT(checkpoint->detached, UnorderedElementsAre("slow"));
+
+  // A lower or equal ack changes nothing; a higher one (the operator's reset)
+  // re-attaches it.
+  ASSERT_THAT(store->Commit("s", {{"slow", Id(0x10, 0)}}, std::nullopt), IsOk());
+  EXPECT_THAT(store->Load("s")->detached, UnorderedElementsAre("slow"));
+  ASSERT_THAT(store->Commit("s", {{"slow", Id(0x30, 0)}}, std::nullopt), IsOk());
+  checkpoint = store->Load("s");
+  ASSERT_THAT(checkpoint, IsOk());
+  EXPECT_TRUE(checkpoint->detached.empty());
+  EXPECT_EQ(checkpoint->consumers.at("slow"), Id(0x30, 0));
+}
+
+// Tables from before the laggard policy get the column when walfeed opens them.
+TEST_F(PgCheckpointStoreTest, AddsTheDetachedColumnToAnOlderTable) {
+  ASSERT_NE(OpenStore(), nullptr);
+  ASSERT_THAT(pg_->Exec("ALTER TABLE walfeed.consumer_checkpoints DROP COLUMN detached_at"),
+              IsOk());
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ASSERT_THAT(store->Commit("s", {{"c", Id(0x10, 0)}}, std::nullopt), IsOk());
+  ASSERT_THAT(store->DetachConsumer("s", "c"), IsOk());
+  EXPECT_THAT(store->Load("s")->detached, UnorderedElementsAre("c"));
+}
+
 TEST_F(PgCheckpointStoreTest, BindSlotRecordsIdentityAndReplacesConfirmed) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
