@@ -79,6 +79,7 @@ cat >"$DEMO/walfeed.yaml" <<YAML
 # Written by deploy/quickstart.sh. See deploy/walfeed.example.yaml for every key.
 listen: "$LISTEN"
 plaintext: true          # loopback demo only; configure tls for anything else
+state_dir: $DEMO/state   # a slow consumer's backlog spills here (docs/consumers.md)
 streams:
   - name: demo
     conninfo: "host=$DEMO/pg port=$PGPORT dbname=postgres user=postgres"
