@@ -202,7 +202,7 @@ absl::Status ConsumerRegistry::BusyLocked(const std::string& consumer) const {
 }
 
 bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::string* frame,
-                                 std::optional<absl::Status>* end) {
+                                 std::optional<absl::Status>* end, bool* wake_reader) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(&session);
   if (it == sessions_.end()) {
@@ -232,7 +232,13 @@ bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::st
   context.checkpoint = consumer == consumers_.end() ? EventId{} : consumer->second.checkpoint;
   context.slot_name = options_.slot_name;
   context.server_wal_end = options_.server_wal_end;
-  if (entry.framer.Next(SourceForLocked(entry), context, now, frame)) return true;
+  if (entry.framer.Next(SourceForLocked(entry), context, now, frame)) {
+    if (reader_awaits_ && entry.framer.cursor() >= *reader_awaits_) {
+      reader_awaits_.reset();
+      if (wake_reader != nullptr) *wake_reader = true;
+    }
+    return true;
+  }
   entry.waiting = true;
   return false;
 }

@@ -157,8 +157,11 @@ class ConsumerRegistry {
   // The session's next frame (SessionFramer::Next). False when there is nothing
   // to send now (the session is woken when there is); `*end` is set when the
   // session is over.
+  // `*wake_reader` (if given) is set when the reader waits for this session to
+  // pass what it would spill, and it now has.
   bool NextFrame(const Session& session, absl::Time now, std::string* frame,
-                 std::optional<absl::Status>* end) ABSL_LOCKS_EXCLUDED(mu_);
+                 std::optional<absl::Status>* end, bool* wake_reader = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Waiting sessions whose progress frame is due.
   SessionList DueForProgress(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -216,8 +219,11 @@ class ConsumerRegistry {
   void AbandonReset(const std::string& consumer) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Reader thread: while memory is full and the spill has budget, moves the
-  // oldest events to disk (the write happens outside the mutex). Returns the
-  // spill's write error (the events stay in memory and the reader waits).
+  // oldest events to disk (the write happens outside the mutex), but only those
+  // the leading session has passed: spilling what every connected session still
+  // has to read would only send them all to disk, so then the reader waits for
+  // the leader instead (NextFrame's wake_reader says when). Returns the spill's
+  // write error (the events stay in memory and the reader waits).
   absl::Status SpillOverflow() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The disk tier's reads, for the thread that performs them. Each request is
@@ -340,6 +346,8 @@ class ConsumerRegistry {
   StreamBuffer buffer_ ABSL_GUARDED_BY(mu_);  // The memory tier.
   // The newest event no longer held anywhere (or the stream's start).
   EventId floor_ ABSL_GUARDED_BY(mu_);
+  // The reader waits until some session passes this id (SpillOverflow).
+  std::optional<EventId> reader_awaits_ ABSL_GUARDED_BY(mu_);
   const StreamBuffer empty_;  // What a session waiting for a disk read reads.
   absl::flat_hash_map<std::string, Consumer> consumers_ ABSL_GUARDED_BY(mu_);
   // Every session not yet closed, by identity (ended ones too, until Close).

@@ -34,12 +34,27 @@ absl::Status ConsumerRegistry::SpillOverflow() {
       return absl::OkStatus();
     }
     const uint64_t budget = options_.retention_bytes - options_.spill->bytes();
-    uint64_t bytes = 0;
-    for (auto it = buffer_.After(buffer_.trimmed()); it != buffer_.end(); ++it) {
-      if (!chunk.empty() && (bytes + it->bytes > budget || bytes >= kSpillChunkBytes)) break;
-      bytes += it->bytes;
-      chunk.push_back(*it);  // A copy: sessions keep reading it from memory meanwhile.
+    // The leading session: what it has not passed yet it reads from memory,
+    // best (a reader spilling ahead of every session would make them all read
+    // their events back from disk).
+    std::optional<EventId> lead;
+    for (const auto& [key, entry] : sessions_) {
+      if (!entry.end) lead = std::max(lead.value_or(EventId{}), entry.framer.cursor());
     }
+    const auto first = buffer_.After(buffer_.trimmed());
+    auto last = first;
+    uint64_t bytes = first->bytes;
+    for (auto it = std::next(first); it != buffer_.end(); ++it) {
+      if (bytes + it->bytes > budget || bytes >= kSpillChunkBytes) break;
+      bytes += it->bytes;
+      last = it;
+    }
+    if (!lead || *lead < last->id) {
+      reader_awaits_ = last->id;
+      return absl::OkStatus();
+    }
+    // A copy: sessions keep reading it from memory meanwhile.
+    chunk.assign(first, std::next(last));
   }
   std::vector<const BufferedEvent*> pointers;
   pointers.reserve(chunk.size());

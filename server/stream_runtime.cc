@@ -177,7 +177,10 @@ void StreamRuntime::Close(const std::shared_ptr<Session>& session) {
 
 bool StreamRuntime::NextFrame(const Session& session, std::string* frame,
                               std::optional<absl::Status>* end) {
-  return registry_.NextFrame(session, absl::Now(), frame, end);
+  bool wake_reader = false;
+  const bool sent = registry_.NextFrame(session, absl::Now(), frame, end, &wake_reader);
+  if (wake_reader) source_->Wake();  // The leading session passed what may spill now.
+  return sent;
 }
 
 absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,

@@ -1,7 +1,12 @@
 #include "server/spill/spill_record.h"
 
 #include <array>
+#include <cstring>
 #include <utility>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
 #include "absl/strings/str_cat.h"
 
@@ -73,11 +78,40 @@ absl::Status Malformed(absl::string_view what) {
 
 }  // namespace
 
-uint32_t Crc32c(absl::string_view bytes, uint32_t crc) {
+uint32_t Crc32cPortable(absl::string_view bytes, uint32_t crc) {
   crc = ~crc;
   for (char c : bytes) crc = kCrcTable[(crc ^ static_cast<uint8_t>(c)) & 0xff] ^ (crc >> 8);
   return ~crc;
 }
+
+#if defined(__x86_64__)
+namespace {
+
+// Eight bytes per instruction: the spill checksums every byte it writes and
+// reads, about 20 times faster than the table.
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(absl::string_view bytes, uint32_t crc) {
+  const char* p = bytes.data();
+  size_t n = bytes.size();
+  uint64_t state = ~crc;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, sizeof(word));
+    state = _mm_crc32_u64(state, word);
+  }
+  uint32_t state32 = static_cast<uint32_t>(state);
+  for (; n > 0; ++p, --n) state32 = _mm_crc32_u8(state32, static_cast<uint8_t>(*p));
+  return ~state32;
+}
+
+}  // namespace
+
+uint32_t Crc32c(absl::string_view bytes, uint32_t crc) {
+  static const bool kHardware = __builtin_cpu_supports("sse4.2");
+  return kHardware ? Crc32cSse42(bytes, crc) : Crc32cPortable(bytes, crc);
+}
+#else
+uint32_t Crc32c(absl::string_view bytes, uint32_t crc) { return Crc32cPortable(bytes, crc); }
+#endif
 
 absl::Status EncodeRecord(const BufferedEvent& event, std::string* out) {
   if (event.key.tables.size() > 0xffff) {

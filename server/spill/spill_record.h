@@ -29,8 +29,11 @@ inline constexpr size_t kRecordHeaderBytes = 8;
 // allocated for it, so a damaged header costs at most this much).
 inline constexpr uint32_t kMaxBodyBytes = (uint32_t{1} << 31) - 1;
 
-// CRC-32C (Castagnoli) of `bytes`, continuing from `crc` (0 to start).
+// CRC-32C (Castagnoli) of `bytes`, continuing from `crc` (0 to start): the
+// CPU's crc32 instruction where there is one (SSE 4.2), a table otherwise.
 uint32_t Crc32c(absl::string_view bytes, uint32_t crc = 0);
+// The table version alone (tests compare the two).
+uint32_t Crc32cPortable(absl::string_view bytes, uint32_t crc = 0);
 
 // Appends `event`'s record to `*out`. InvalidArgument when it does not fit the
 // format (a table name over 64 KiB, a body over kMaxBodyBytes).

@@ -158,6 +158,31 @@ TEST_F(RegistrySpillTest, AStoppedConsumersBacklogSpillsWhileAFastOneFlows) {
   EXPECT_EQ(registry->Snapshot().spilled_bytes, 0u) << "acked by all: the disk is freed";
 }
 
+TEST_F(RegistrySpillTest, TheReaderWaitsForTheLeadingSessionRatherThanSpillAhead) {
+  std::unique_ptr<ConsumerRegistry> registry = Make(uint64_t{1} << 30);
+  absl::StatusOr<OpenedSession> reader = registry->Open("only", std::nullopt, Unwindowed());
+  ASSERT_TRUE(Feed(*registry, 0x100));
+  Drain(*registry, *reader->session);
+  ASSERT_THAT(Ack(*registry, *reader, Id(0x100, 0)), IsOk());
+  // The one session reads nothing while memory fills: spilling would only
+  // make it read everything back from disk, so the reader waits.
+  uint64_t fed = 0;
+  while (Feed(*registry, 0x200 + 16 * fed)) ++fed;
+  EXPECT_EQ(registry->Snapshot().spilled_bytes, 0u);
+  EXPECT_TRUE(registry->Snapshot().held_by.empty()) << "waiting for a reader is not a hold";
+  // Once the session has read past the oldest events (not acked yet), the
+  // reader is woken and those spill.
+  std::string frame;
+  std::optional<absl::Status> end;
+  bool wake = false;
+  while (!wake && registry->NextFrame(*reader->session, kNow, &frame, &end, &wake)) {
+  }
+  EXPECT_TRUE(wake);
+  ASSERT_THAT(registry->SpillOverflow(), IsOk());
+  EXPECT_GT(registry->Snapshot().spilled_bytes, 0u);
+  EXPECT_TRUE(Feed(*registry, 0x200 + 16 * fed)) << "and the reader has room again";
+}
+
 TEST_F(RegistrySpillTest, AFullBudgetHoldsTheStreamAndNamesTheLaggard) {
   std::unique_ptr<ConsumerRegistry> registry = Make(/*retention=*/20 * event_bytes_);
   absl::StatusOr<OpenedSession> fast = registry->Open("fast", std::nullopt, Unwindowed());

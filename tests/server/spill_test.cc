@@ -69,6 +69,16 @@ TEST(SpillRecordTest, EveryFlippedBitAndEveryCutIsDataLoss) {
 TEST(SpillRecordTest, Crc32cMatchesTheStandardCheckValue) {
   EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);  // RFC 3720's CRC32C check value.
   EXPECT_EQ(Crc32c("6789", Crc32c("12345")), 0xE3069283u) << "continues across calls";
+  EXPECT_EQ(Crc32cPortable("123456789"), 0xE3069283u);
+  // The instruction and the table agree on every length and alignment.
+  std::string data;
+  for (int i = 0; i < 300; ++i) data.push_back(static_cast<char>(i * 131 + 7));
+  for (size_t from = 0; from < 9; ++from) {
+    for (size_t n = 0; n + from <= data.size(); n += 7) {
+      const absl::string_view piece = absl::string_view(data).substr(from, n);
+      ASSERT_EQ(Crc32c(piece, 0x1234u), Crc32cPortable(piece, 0x1234u)) << from << " " << n;
+    }
+  }
 }
 
 class SpillLogTest : public ::testing::Test {
