@@ -27,7 +27,8 @@ bool ConsumerRegistry::FullLocked() const {
 
 absl::Status ConsumerRegistry::SpillOverflow() {
   if (options_.spill == nullptr) return absl::OkStatus();
-  std::vector<BufferedEvent> chunk;
+  spill::SpillLog::Batch batch;
+  EventId last_id;
   {
     absl::MutexLock lock(&mu_);
     if (!loaded_ || buffer_.HasRoom(options_.buffer_bytes) || FullLocked()) {
@@ -53,18 +54,21 @@ absl::Status ConsumerRegistry::SpillOverflow() {
       reader_awaits_ = last->id;
       return absl::OkStatus();
     }
-    // A copy: sessions keep reading it from memory meanwhile.
-    chunk.assign(first, std::next(last));
+    // Encoded here, a copy of the bytes (sessions keep reading the events from
+    // memory meanwhile); written after unlocking.
+    std::vector<const BufferedEvent*> pointers;
+    for (auto it = first; it != std::next(last); ++it) pointers.push_back(&*it);
+    absl::StatusOr<spill::SpillLog::Batch> encoded = spill::SpillLog::Encode(pointers);
+    if (!encoded.ok()) return encoded.status();
+    batch = std::move(*encoded);
+    last_id = last->id;
   }
-  std::vector<const BufferedEvent*> pointers;
-  pointers.reserve(chunk.size());
-  for (const BufferedEvent& event : chunk) pointers.push_back(&event);
-  absl::Status written = options_.spill->Append(pointers);
+  absl::Status written = options_.spill->Append(batch);
   if (!written.ok()) return written;
   absl::MutexLock lock(&mu_);
   // Only the reader thread appends and spills, so the chunk is still the oldest
   // part of memory (acks may have trimmed some of it meanwhile).
-  buffer_.TrimThrough(chunk.back().id);
+  buffer_.TrimThrough(last_id);
   options_.spill->TrimThrough(floor_);
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -123,8 +124,25 @@ absl::Status SpillLog::StartSegment() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<SpillLog::Batch> SpillLog::Encode(
+    absl::Span<const BufferedEvent* const> events) {
+  Batch batch;
+  batch.records.reserve(events.size());
+  for (const BufferedEvent* event : events) {
+    batch.records.emplace_back(event->id, batch.bytes.size());
+    if (absl::Status encoded = EncodeRecord(*event, &batch.bytes); !encoded.ok()) return encoded;
+  }
+  return batch;
+}
+
 absl::Status SpillLog::Append(absl::Span<const BufferedEvent* const> events) {
-  if (events.empty()) return absl::OkStatus();
+  absl::StatusOr<Batch> batch = Encode(events);
+  if (!batch.ok()) return batch.status();
+  return Append(*batch);
+}
+
+absl::Status SpillLog::Append(const Batch& batch) {
+  if (batch.records.empty()) return absl::OkStatus();
   absl::MutexLock write_lock(&write_mu_);
   bool listed;
   {
@@ -134,26 +152,23 @@ absl::Status SpillLog::Append(absl::Span<const BufferedEvent* const> events) {
   if (fd_ < 0 || !listed || written_ >= options_.segment_bytes) {
     if (absl::Status started = StartSegment(); !started.ok()) return started;
   }
-  scratch_.clear();
   std::vector<std::pair<EventId, uint64_t>> sparse;
-  uint64_t last_indexed;
+  std::optional<uint64_t> last_indexed;
   {
     absl::MutexLock lock(&mu_);
     const Segment& open = segments_.back();
-    last_indexed = open.sparse.empty() ? 0 : open.sparse.back().second;
-    if (open.sparse.empty()) sparse.emplace_back(events.front()->id, written_);
+    if (!open.sparse.empty()) last_indexed = open.sparse.back().second;
   }
-  for (const BufferedEvent* event : events) {
-    const uint64_t offset = written_ + scratch_.size();
-    if (offset >= last_indexed + kIndexStride) {
-      sparse.emplace_back(event->id, offset);
-      last_indexed = offset;
+  for (const auto& [id, offset] : batch.records) {
+    const uint64_t at = written_ + offset;
+    if (!last_indexed || at >= *last_indexed + kIndexStride) {
+      sparse.emplace_back(id, at);
+      last_indexed = at;
     }
-    if (absl::Status encoded = EncodeRecord(*event, &scratch_); !encoded.ok()) return encoded;
   }
   size_t done = 0;
-  while (done < scratch_.size()) {
-    const ssize_t n = ::write(fd_, scratch_.data() + done, scratch_.size() - done);
+  while (done < batch.bytes.size()) {
+    const ssize_t n = ::write(fd_, batch.bytes.data() + done, batch.bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
@@ -168,14 +183,14 @@ absl::Status SpillLog::Append(absl::Span<const BufferedEvent* const> events) {
     }
     done += static_cast<size_t>(n);
   }
-  written_ += scratch_.size();
+  written_ += batch.bytes.size();
   absl::MutexLock lock(&mu_);
   Segment& open = segments_.back();
-  if (open.bytes == 0) open.first = events.front()->id;
-  open.last = events.back()->id;
-  open.bytes += scratch_.size();
+  if (open.bytes == 0) open.first = batch.records.front().first;
+  open.last = batch.records.back().first;
+  open.bytes += batch.bytes.size();
   open.sparse.insert(open.sparse.end(), sparse.begin(), sparse.end());
-  bytes_ += scratch_.size();
+  bytes_ += batch.bytes.size();
   return absl::OkStatus();
 }
 

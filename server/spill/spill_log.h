@@ -59,9 +59,18 @@ class SpillLog {
   SpillLog(const SpillLog&) = delete;
   SpillLog& operator=(const SpillLog&) = delete;
 
-  // Appends `events` (each newer than every event appended before). Visible to
-  // readers once it returns OK. On an error (disk full, I/O) nothing of the call
-  // is visible and the log stays usable.
+  // Records encoded for an append: pure and cheap (a copy of the bytes), so a
+  // caller may encode under its own lock and write after releasing it.
+  struct Batch {
+    std::string bytes;
+    std::vector<std::pair<EventId, uint64_t>> records;  // Each record's id and offset.
+  };
+  static absl::StatusOr<Batch> Encode(absl::Span<const BufferedEvent* const> events);
+
+  // Appends a batch (its events each newer than every event appended before).
+  // Visible to readers once it returns OK. On an error (disk full, I/O) nothing
+  // of the call is visible and the log stays usable.
+  absl::Status Append(const Batch& batch) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Append(absl::Span<const BufferedEvent* const> events) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The events after `after`, in order, up to about `max_bytes` of records (at
@@ -112,7 +121,6 @@ class SpillLog {
   int fd_ ABSL_GUARDED_BY(write_mu_) = -1;
   uint64_t next_seq_ ABSL_GUARDED_BY(write_mu_) = 0;
   uint64_t written_ ABSL_GUARDED_BY(write_mu_) = 0;  // Bytes in the current file.
-  std::string scratch_ ABSL_GUARDED_BY(write_mu_);
 
   mutable absl::Mutex mu_;
   std::deque<Segment> segments_ ABSL_GUARDED_BY(mu_);
