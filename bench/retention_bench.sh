@@ -15,7 +15,8 @@
 #   5. prints one JSON line per phase and the ratio held/alone.
 #
 # Usage: bench/retention_bench.sh   (ROWS=1000000 PAYLOAD=1000 by default: about
-# 1.1 GiB of events in the held phase; WALFEED_BUILD, default <repo>/build)
+# 1.1 GiB of events in the held phase; WALFEED_BUILD, default <repo>/build;
+# PERF_DIR=<dir> records a perf profile of the server per phase)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -69,7 +70,7 @@ psql -X -q "$conninfo" -c "CREATE TABLE t (id bigint PRIMARY KEY, payload text N
 cat >"$tmp/walfeed.yaml" <<YAML
 listen: "127.0.0.1:$port"
 plaintext: true
-state_dir: $tmp/state
+state_dir: ${STATE_DIR:-$tmp/state}
 defaults:
   buffer_bytes: 67108864
   retention_bytes: $RETENTION_BYTES
@@ -91,12 +92,17 @@ stop_server() {
   wait "$server_pid" || true
   server_pid=""
 }
-# The server's peak resident memory while a phase runs, in KiB, to $1.
+# The server's peak resident memory while a phase runs, in KiB, to $1, and its
+# CPU seconds so far (user + system) to $1.cpu.
 sample_rss() {
-  local out="$1" peak=0 rss
+  local out="$1" peak=0 rss ticks
+  local hz
+  hz="$(getconf CLK_TCK)"
   while kill -0 "$server_pid" 2>/dev/null; do
     rss="$(awk '/^VmRSS/ {print $2}' "/proc/$server_pid/status" 2>/dev/null || echo 0)"
     [ "${rss:-0}" -gt "$peak" ] && peak="$rss" && echo "$peak" >"$out"
+    ticks="$(awk '{print $14 + $15}' "/proc/$server_pid/stat" 2>/dev/null || echo)"
+    [ -n "$ticks" ] && echo "scale=2; $ticks / $hz" | bc >"$out.cpu"
     sleep 0.2
   done
 }
@@ -115,8 +121,14 @@ drain_phase() {  # name, end lsn
   echo 0 >"$tmp/rss.$1"
   sample_rss "$tmp/rss.$1" &
   sampler_pid=$!
+  local perf_pid=""
+  if [ -n "${PERF_DIR:-}" ]; then  # A CPU profile of the server per phase.
+    perf record -q -e cpu-clock -F 499 -g -p "$server_pid" -o "$PERF_DIR/$1.data" 2>/dev/null &
+    perf_pid=$!
+  fi
   "$DRAIN_BIN" --server "127.0.0.1:$port" --stream bench --consumer fast --end-lsn "$2" \
     --ack-interval-ms 200 --timeout-s 900 >"$tmp/drain.$1.json"
+  [ -n "$perf_pid" ] && kill -INT "$perf_pid" && wait "$perf_pid" || true
   local spilled
   spilled="$("$CLI_BIN" status --server "127.0.0.1:$port" --stream bench --format json |
     python3 -c 'import json,sys; s=json.load(sys.stdin)["streams"][0]; print(s.get("spilledBytes", s.get("spilled_bytes", 0)))')"
@@ -126,11 +138,15 @@ drain_phase() {  # name, end lsn
   python3 - "$1" "$tmp/drain.$1.json" "$tmp/rss.$1" "$spilled" <<'PY'
 import json, sys
 name, drain, rss, spilled = sys.argv[1:]
+try:
+    cpu = float(open(rss + '.cpu').read())
+except Exception:
+    cpu = None
 d = json.loads([l for l in open(drain) if l.startswith('{')][-1])
 span = d['last_event_after_s'] - d['subscribe_s']
 print(json.dumps({'phase': name, 'events': d['events'], 'seconds': round(span, 3),
                   'events_per_s': round(d['events'] / span), 'server_peak_rss_kb': int(open(rss).read()),
-                  'spilled_bytes_at_end': int(spilled)}))
+                  'spilled_bytes_at_end': int(spilled), 'server_cpu_s': cpu}))
 PY
 }
 

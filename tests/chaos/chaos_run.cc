@@ -38,6 +38,9 @@ constexpr absl::Duration kCatchUp = absl::Seconds(120);
 constexpr absl::Duration kExit = absl::Seconds(30);
 constexpr char kFast[] = "fast";
 constexpr char kSlow[] = "slow";
+// Acks every few seconds with a large window: its backlog is mostly on disk.
+constexpr char kLazy[] = "lazy";
+constexpr const char* kConsumers[] = {kFast, kSlow, kLazy};
 
 class ChaosRun {
  public:
@@ -50,6 +53,7 @@ class ChaosRun {
     ConsumerLogs logs;
     std::unique_ptr<ConsumerHandle> live;
     bool slow = false;
+    bool lazy = false;
   };
   struct Point {
     FaultKind kind;
@@ -99,7 +103,7 @@ absl::Status ChaosRun::Setup() {
   config_path_ = dir_ + "/walfeed.yaml";
   {
     std::ofstream out(config_path_);
-    out << ServerYaml(pg_->ConnInfo());
+    out << ServerYaml(pg_->ConnInfo(), dir_ + "/state");
   }
   absl::StatusOr<std::unique_ptr<TcpProxy>> proxy = TcpProxy::Start();
   if (!proxy.ok()) return proxy.status();
@@ -107,7 +111,8 @@ absl::Status ChaosRun::Setup() {
   if (absl::Status s = StartServer(); !s.ok()) return s;
   consumers_[kFast].slow = false;
   consumers_[kSlow].slow = true;
-  for (const char* name : {kFast, kSlow}) {
+  consumers_[kLazy].lazy = true;
+  for (const char* name : kConsumers) {
     if (absl::Status s = StartConsumer(name); !s.ok()) return s;
   }
   // A consumer without a checkpoint starts at the oldest event the server still
@@ -148,7 +153,11 @@ absl::Status ChaosRun::StartConsumer(const std::string& name) {
   flags.consumer = name;
   flags.log = absl::StrCat(dir_, "/", name, "-", n, ".log");
   flags.seed = rng_();
-  if (consumer.slow) {
+  if (consumer.lazy) {
+    flags.ack_events = 0;
+    flags.ack_interval_ms = static_cast<int>(Rand(2000, 6000));
+    flags.max_unacked = 5000;
+  } else if (consumer.slow) {
     // Acks late and seldom: it lags, and a fault finds many events unacked.
     flags.ack_events = 0;
     flags.ack_interval_ms = static_cast<int>(Rand(300, 1500));
@@ -225,7 +234,7 @@ absl::Status ChaosRun::Inject(FaultKind kind, std::string* detail) {
     case FaultKind::kPgRestartImmediate:
       return pg_->Restart("immediate");
     case FaultKind::kConsumerKill9: {
-      const std::string name = Rand(0, 1) ? kFast : kSlow;
+      const std::string name = kConsumers[Rand(0, 2)];
       Consumer& consumer = consumers_[name];
       consumer.live->process().Kill();
       consumer.logs.killed.back() = true;
@@ -253,7 +262,7 @@ absl::Status ChaosRun::Inject(FaultKind kind, std::string* detail) {
       return absl::OkStatus();
     }
     case FaultKind::kConsumerStall: {
-      const std::string name = Rand(0, 1) ? kFast : kSlow;
+      const std::string name = kConsumers[Rand(0, 2)];
       const uint64_t ms = Rand(300, 4000);
       *detail = absl::StrCat(name, " ", ms, "ms");
       return consumers_[name].live->process().WriteLine(absl::StrCat("stall ", ms));

@@ -1,6 +1,7 @@
 // RunChaos: one randomized pass. A throwaway PostgreSQL, the real walfeed-server
-// behind a fault-injecting TCP proxy, a writer, two consumer children ("fast"
-// acks often, "slow" acks late and lags), then `points` faults drawn from a PRNG
+// behind a fault-injecting TCP proxy, a writer, three consumer children ("fast"
+// acks often, "slow" acks late and lags, "lazy" acks every few seconds with a
+// large window, so its backlog spills to disk), then `points` faults drawn from a PRNG
 // seeded with `seed`: the same seed draws the same faults, moments, outages and
 // ack cadences. After each fault the run waits (with a deadline) until every
 // consumer has caught up with a fresh marker, so a fault that leaves the stream

@@ -9,8 +9,11 @@
 
 namespace walfeed::chaos {
 
-std::string ServerYaml(const std::string& conninfo) {
+std::string ServerYaml(const std::string& conninfo, const std::string& state_dir) {
+  // A small memory tier, so a lagging consumer's backlog goes to the spill and
+  // every fault meets the disk tier too.
   return absl::StrCat("listen: \"127.0.0.1:0\"\nplaintext: true\nshutdown_timeout: 3s\n",
+                      "state_dir: ", state_dir, "\ndefaults:\n  buffer_bytes: 131072\n",
                       "streams:\n  - name: ", kStream, "\n    conninfo: \"", conninfo,
                       "\"\n    slot: ", kSlot, "\n    publications: [", kSlot,
                       "]\n    tables: [public.chaos_a, public.chaos_b]\n"

@@ -21,8 +21,9 @@ namespace walfeed::chaos {
 inline constexpr char kStream[] = "chaos";
 inline constexpr char kSlot[] = "walfeed_chaos";
 
-// A config for one stream over `conninfo`, listening on a free loopback port.
-std::string ServerYaml(const std::string& conninfo);
+// A config for one stream over `conninfo`, listening on a free loopback port,
+// spilling to `state_dir` beyond a small memory tier.
+std::string ServerYaml(const std::string& conninfo, const std::string& state_dir);
 
 class ServerHandle {
  public:

@@ -38,7 +38,7 @@ class Scenario {
     pg_ = std::move(*pg);
     if (absl::Status s = CreateSchema(pg_->ConnInfo()); !s.ok()) return Fail(s.ToString()), false;
     config_ = absl::StrCat(dir_, "/", name_, ".yaml");
-    std::ofstream(config_) << ServerYaml(pg_->ConnInfo());
+    std::ofstream(config_) << ServerYaml(pg_->ConnInfo(), dir_ + "/state");
     return StartServer();
   }
 
