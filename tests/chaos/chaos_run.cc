@@ -32,6 +32,16 @@ namespace {
 using ::walfeed::testing::PgCluster;
 using ::walfeed::testing::WaitUntil;
 
+// Bytes of spill segments under `dir` now.
+uint64_t SpillBytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir, ignored)) {
+    if (entry.path().extension() == ".spill") bytes += entry.file_size(ignored);
+  }
+  return bytes;
+}
+
 // Generous: a consumer may be stalled for seconds, and the server may be
 // catching up on everything written during an outage, on two shared cores.
 constexpr absl::Duration kCatchUp = absl::Seconds(120);
@@ -90,6 +100,10 @@ class ChaosRun {
   std::map<std::string, Consumer> consumers_;
   std::unique_ptr<ChangeWriter> writer_;
   std::vector<Point> points_;
+  // The spill (bytes of segment files) at each fault's moment: how often the
+  // faults met the disk tier.
+  uint64_t spill_peak_ = 0;
+  int points_with_spill_ = 0;
   std::vector<std::string> failures_;
   absl::Notification abort_;
 };
@@ -366,6 +380,9 @@ void ChaosRun::Report(const Verdict& verdict, absl::Duration elapsed) {
         name, consumers_[name].logs.paths.size(), fig.delivered, fig.distinct, fig.duplicates,
         fig.largest_window, fig.sessions, fig.acks, fig.lost);
   }
+  std::cout << absl::StrFormat("spill: %d of %d faults struck while events were on disk (peak "
+                               "%d bytes)\n",
+                               points_with_spill_, points_.size(), spill_peak_);
   std::cout << absl::StrFormat("%-26s %6s %9s %12s %8s\n", "fault kind", "points", "sessions",
                                "redelivered", "largest");
   for (const auto& [kind, k] : kinds) {
@@ -405,6 +422,9 @@ int ChaosRun::Execute() {
     const absl::Duration by = RandMs(20, 2000);
     fast.WaitForHandled(fast.handled() + more, by);
     points_.push_back(Point{kind, MonotonicNanos()});
+    const uint64_t spilled = SpillBytes(dir_ + "/state");
+    spill_peak_ = std::max(spill_peak_, spilled);
+    points_with_spill_ += spilled > 0;
     std::string detail;
     run = Inject(kind, &detail);
     std::cout << absl::StrFormat("point %d/%d %s %s", i + 1, options_.points, FaultName(kind),
