@@ -14,10 +14,15 @@ void ConsumerRegistry::Load(replication::AckTracker* tracker,
                             EventId deliver_after,
                             const absl::flat_hash_map<std::string, EventId>& detached) {
   absl::MutexLock lock(&mu_);
-  for (const auto& [consumer, checkpoint] : checkpoints) consumers_[consumer].checkpoint = checkpoint;
+  // Consumers kept through an Unload (work in flight) may know a newer ack.
+  for (const auto& [consumer, checkpoint] : checkpoints) {
+    Consumer& c = consumers_[consumer];
+    c.checkpoint = std::max(c.checkpoint, checkpoint);
+  }
   for (const auto& [consumer, checkpoint] : detached) {
-    consumers_[consumer].checkpoint = checkpoint;
-    consumers_[consumer].detached = true;
+    Consumer& c = consumers_[consumer];
+    c.checkpoint = std::max(c.checkpoint, checkpoint);
+    c.detached = true;
   }
   for (const auto& [consumer, state] : consumers_) {
     if (!state.detached) (void)tracker->AddConsumer(consumer, state.checkpoint);
@@ -61,9 +66,19 @@ SessionList ConsumerRegistry::Unload(const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   SessionList ended = EndAllLocked(why);
   loaded_ = false;
-  // Acks, removals and resets in flight find their consumer gone and finish as
-  // no-ops; what they stored is in the checkpoints the next Load() reads.
-  consumers_.clear();
+  // Consumers with an ack, removal, reset or detach in flight keep their marks
+  // (those calls finish against them, and a removal must still wait for the
+  // acks); every other one comes back from the stored checkpoints at Load().
+  for (auto it = consumers_.begin(); it != consumers_.end();) {
+    Consumer& c = it->second;
+    if (c.acks_in_flight > 0 || c.removing || c.resetting || c.detaching) {
+      c.active.reset();
+      c.session_start = EventId{};
+      ++it;
+    } else {
+      consumers_.erase(it++);
+    }
+  }
   buffer_ = StreamBuffer();
   hold_.reset();
   return ended;
@@ -232,13 +247,21 @@ bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::st
   context.checkpoint = consumer == consumers_.end() ? EventId{} : consumer->second.checkpoint;
   context.slot_name = options_.slot_name;
   context.server_wal_end = options_.server_wal_end;
-  if (entry.framer.Next(SourceForLocked(entry), context, now, frame)) {
-    if (reader_awaits_ && entry.framer.cursor() >= *reader_awaits_) {
-      reader_awaits_.reset();
-      if (wake_reader != nullptr) *wake_reader = true;
-    }
-    return true;
+  bool sent = false;
+  // Events staged from disk end a batch early; when the filters left all of
+  // them out, go on with what follows (memory, or the next disk read) now.
+  for (int turn = 0; turn < 2 && !sent; ++turn) {
+    const EventId before = entry.framer.cursor();
+    const StreamBuffer& source = SourceForLocked(entry);
+    sent = entry.framer.Next(source, context, now, frame);
+    if (sent || &source != &entry.staged || entry.framer.cursor() == before) break;
   }
+  // The cursor also moves over filtered events, without a frame.
+  if (reader_awaits_ && entry.framer.cursor() >= *reader_awaits_) {
+    reader_awaits_.reset();
+    if (wake_reader != nullptr) *wake_reader = true;
+  }
+  if (sent) return true;
   entry.waiting = true;
   return false;
 }

@@ -231,7 +231,8 @@ class ConsumerRegistry {
   // `max_bytes`, and hand the result to FinishDiskRead.
   struct DiskRequest {
     std::shared_ptr<Session> session;
-    EventId after;
+    EventId after;       // The session's cursor when asked.
+    EventId read_after;  // Where to read: the cursor, or floor_ if higher.
     size_t max_bytes = 0;
   };
   std::vector<DiskRequest> TakeDiskRequests() ABSL_LOCKS_EXCLUDED(mu_);
@@ -279,6 +280,9 @@ class ConsumerRegistry {
     // Detached: holds nothing (not in the tracker, not in the floor) and may not
     // subscribe until a reset moves its checkpoint to what is still held.
     bool detached = false;
+    // A reset is re-attaching it: its checkpoint before (restored if the reset's
+    // write fails). It holds the stream from the target from BeginReset on.
+    std::optional<EventId> reattached_from;
     // Where its current session started (the position of a consumer that never
     // acked, for status).
     EventId session_start;

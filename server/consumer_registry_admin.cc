@@ -203,8 +203,23 @@ absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
       ticket.target = e->id;
     }
   }
-  // A detached consumer re-attaches at what is still held at the earliest.
-  if (state.detached) ticket.target = std::max(ticket.target, floor_);
+  if (state.detached) {
+    // It re-attaches at what is still held at the earliest, and holds the
+    // stream from there at once (before the write: an ack of another consumer
+    // meanwhile must not let the floor or the slot pass the target). The target
+    // must be newer than its stored checkpoint, or no write would clear the
+    // stored mark.
+    ticket.target = std::max(ticket.target, floor_);
+    if (ticket.target <= state.checkpoint) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot re-attach detached consumer \"", consumer, "\" yet: the stream holds no event "
+          "after its checkpoint ", state.checkpoint.ToString(), "; retry once new events arrive"));
+    }
+    state.reattached_from = state.checkpoint;
+    state.checkpoint = ticket.target;
+    state.detached = false;
+    (void)tracker_->AddConsumer(consumer, ticket.target);
+  }
   state.resetting = true;
   if (state.active) {
     ticket.ended = EndLocked(
@@ -222,12 +237,8 @@ void ConsumerRegistry::FinishReset(const std::string& consumer, EventId target,
   absl::MutexLock lock(&mu_);
   if (auto it = consumers_.find(consumer); it != consumers_.end()) {
     it->second.resetting = false;
+    it->second.reattached_from.reset();
     it->second.checkpoint = std::max(it->second.checkpoint, target);
-    if (it->second.detached && it->second.checkpoint >= floor_) {
-      // Re-attached: it holds the stream again from its new checkpoint.
-      it->second.detached = false;
-      (void)tracker_->AddConsumer(consumer, it->second.checkpoint);
-    }
   }
   ForgetIfIdleLocked(consumer);  // A reset to nothing of one that never acked.
   TrimLocked();
@@ -236,7 +247,16 @@ void ConsumerRegistry::FinishReset(const std::string& consumer, EventId target,
 
 void ConsumerRegistry::AbandonReset(const std::string& consumer) {
   absl::MutexLock lock(&mu_);
-  if (auto it = consumers_.find(consumer); it != consumers_.end()) it->second.resetting = false;
+  if (auto it = consumers_.find(consumer); it != consumers_.end()) {
+    Consumer& state = it->second;
+    state.resetting = false;
+    if (state.reattached_from) {  // Stays detached, as stored.
+      state.checkpoint = *state.reattached_from;
+      state.reattached_from.reset();
+      state.detached = true;
+      (void)tracker_->RemoveConsumer(consumer);
+    }
+  }
   ForgetIfIdleLocked(consumer);
 }
 

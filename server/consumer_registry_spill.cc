@@ -58,14 +58,19 @@ absl::Status ConsumerRegistry::SpillOverflow() {
     // memory meanwhile); written after unlocking.
     std::vector<const BufferedEvent*> pointers;
     for (auto it = first; it != std::next(last); ++it) pointers.push_back(&*it);
-    absl::StatusOr<spill::SpillLog::Batch> encoded = spill::SpillLog::Encode(pointers);
+    absl::StatusOr<spill::SpillLog::Batch> encoded =
+        spill::SpillLog::Encode(pointers, options_.spill->epoch());
     if (!encoded.ok()) return encoded.status();
     batch = std::move(*encoded);
     last_id = last->id;
   }
   absl::Status written = options_.spill->Append(batch);
+  if (absl::IsAborted(written)) return absl::OkStatus();  // Cleared meanwhile: a restart.
   if (!written.ok()) return written;
   absl::MutexLock lock(&mu_);
+  // Unloaded (and the spill cleared) meanwhile: memory is no longer the one
+  // the batch came from.
+  if (!loaded_ || options_.spill->epoch() != batch.epoch) return absl::OkStatus();
   // Only the reader thread appends and spills, so the chunk is still the oldest
   // part of memory (acks may have trimmed some of it meanwhile).
   buffer_.TrimThrough(last_id);
@@ -75,7 +80,12 @@ absl::Status ConsumerRegistry::SpillOverflow() {
 
 const StreamBuffer& ConsumerRegistry::SourceForLocked(SessionEntry& entry) {
   const EventId cursor = entry.framer.cursor();
-  if (options_.spill == nullptr || cursor >= buffer_.trimmed() || entry.end) return buffer_;
+  // At or below floor_ everything was acked by every holder (a session that
+  // started at a checkpoint an ack in flight then passed): memory has what
+  // follows, or the spill does after floor_.
+  if (options_.spill == nullptr || std::max(cursor, floor_) >= buffer_.trimmed() || entry.end) {
+    return buffer_;
+  }
   if (entry.staged.trimmed() <= cursor && cursor < entry.staged.newest()) return entry.staged;
   entry.staged = StreamBuffer();
   if (!entry.disk_wanted && !entry.disk_reading) {
@@ -95,6 +105,7 @@ std::vector<ConsumerRegistry::DiskRequest> ConsumerRegistry::TakeDiskRequests() 
     entry.disk_reading = true;
     const SessionLimits& limits = entry.session->options().limits;
     requests.push_back(DiskRequest{entry.session, entry.framer.cursor(),
+                                   std::max(entry.framer.cursor(), floor_),
                                    std::max<size_t>(kDiskReadBytes, limits.max_batch_bytes)});
   }
   return requests;
@@ -109,9 +120,9 @@ absl::Status ConsumerRegistry::FinishDiskRead(const DiskRequest& request,
   SessionEntry& entry = it->second;
   entry.disk_reading = false;
   if (entry.end || entry.framer.cursor() != request.after) return absl::OkStatus();
-  // What the session needs next: the first event after its cursor, which the
-  // spill must hold while the cursor is between the floor and memory.
-  const bool needed = request.after >= floor_ && request.after < buffer_.trimmed();
+  // What the session needs next: the first event after read_after, which the
+  // spill must hold while that is between the floor and memory.
+  const bool needed = request.read_after >= floor_ && request.read_after < buffer_.trimmed();
   if (!read.ok()) {
     // A segment trimmed under the read: the cursor fell below the floor (an
     // ephemeral session; NextFrame ends it). Anything else is damage.
@@ -123,14 +134,15 @@ absl::Status ConsumerRegistry::FinishDiskRead(const DiskRequest& request,
                                             "\": the spill cannot be read: ",
                                             read.status().message()));
   }
-  if (read->empty() || read->front().id <= request.after) {
+  if (read->empty() || read->front().id <= request.read_after) {
     if (!needed) {
       wake->push_back(entry.session);
       return absl::OkStatus();
     }
     return absl::DataLossError(absl::StrCat(
         "stream \"", options_.stream, "\": the spill lacks the events after ",
-        request.after.ToString(), " (held on disk up to ", buffer_.trimmed().ToString(), ")"));
+        request.read_after.ToString(), " (held on disk up to ", buffer_.trimmed().ToString(),
+        ")"));
   }
   entry.staged = StreamBuffer(request.after);
   for (BufferedEvent& event : *read) {

@@ -38,7 +38,7 @@ void RetentionWorker::Main() {
     for (const ConsumerRegistry::DiskRequest& request : registry_->TakeDiskRequests()) {
       SessionList wake;
       absl::Status served = registry_->FinishDiskRead(
-          request, spill_->ReadAfter(request.after, request.max_bytes), &wake);
+          request, spill_->ReadAfter(request.read_after, request.max_bytes), &wake);
       for (const std::shared_ptr<Session>& session : wake) session->Wake();
       if (!served.ok() && hooks_.on_damage) hooks_.on_damage(served);
     }

@@ -78,8 +78,10 @@ void StreamRuntime::Start() {
                                if (options_.retention.laggard_policy != LaggardPolicy::kDetach) {
                                  return;
                                }
-                               while (std::optional<std::string> laggard =
-                                          registry_.LaggardToDetach()) {
+                               // One at a time: the trim a detach allows may
+                               // free enough; a failed store waits a tick.
+                               if (std::optional<std::string> laggard =
+                                       registry_.LaggardToDetach()) {
                                  DetachLaggard(*laggard);
                                }
                              }});
@@ -98,7 +100,7 @@ void StreamRuntime::DetachLaggard(const std::string& consumer) {
     if (!stored.ok()) {
       registry_.AbandonDetach(consumer);
       StreamLogger()->error("stream {}: could not store the detach of consumer {}: {}; it still "
-                            "holds the stream, retrying in a second",
+                            "holds the stream; retrying on the next tick (within a second)",
                             name(), consumer, stored.ToString());
       return;
     }
@@ -245,8 +247,12 @@ absl::StatusOr<StreamRuntime::ResetOutcome> StreamRuntime::ResetConsumer(
   if (!ticket.ok()) return ticket.status();
   if (ticket->ended) ticket->ended->Wake();
   // An ack that passed its checks before the session ended lands first; the
-  // target never goes below what it stored (acks are cumulative).
-  const EventId landed = registry_.AwaitAcksLanded(consumer);
+  // target never goes below what it stored (acks are cumulative). A detached
+  // consumer has no session, so no ack in flight; its in-memory
+  // checkpoint is already the target (BeginReset re-attached it), the stored
+  // one is the previous.
+  const EventId landed =
+      ticket->detached ? ticket->previous : registry_.AwaitAcksLanded(consumer);
   const EventId target = std::max(ticket->target, landed);
   if (target > landed) {
     absl::Status durable = source_->committer()->AckDurably(name(), consumer, target);
@@ -257,7 +263,7 @@ absl::StatusOr<StreamRuntime::ResetOutcome> StreamRuntime::ResetConsumer(
                                                  consumer, "\": ", durable.message(),
                                                  "; its checkpoint is unchanged, retry"));
     }
-    // A detached consumer is not tracked: FinishReset adds it at its target.
+    // A re-attached consumer was added to the tracker at the target already.
     absl::Status tracked =
         ticket->detached ? absl::OkStatus() : tracker_.load()->Ack(consumer, target);
     if (!tracked.ok()) {

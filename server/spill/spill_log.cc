@@ -125,8 +125,9 @@ absl::Status SpillLog::StartSegment() {
 }
 
 absl::StatusOr<SpillLog::Batch> SpillLog::Encode(
-    absl::Span<const BufferedEvent* const> events) {
+    absl::Span<const BufferedEvent* const> events, uint64_t epoch) {
   Batch batch;
+  batch.epoch = epoch;
   batch.records.reserve(events.size());
   for (const BufferedEvent* event : events) {
     batch.records.emplace_back(event->id, batch.bytes.size());
@@ -136,7 +137,7 @@ absl::StatusOr<SpillLog::Batch> SpillLog::Encode(
 }
 
 absl::Status SpillLog::Append(absl::Span<const BufferedEvent* const> events) {
-  absl::StatusOr<Batch> batch = Encode(events);
+  absl::StatusOr<Batch> batch = Encode(events, epoch());
   if (!batch.ok()) return batch.status();
   return Append(*batch);
 }
@@ -147,6 +148,11 @@ absl::Status SpillLog::Append(const Batch& batch) {
   bool listed;
   {
     absl::MutexLock lock(&mu_);
+    // Encoded before a Clear: those events belong to a run of the stream that
+    // is over. (Clear waits for write_mu_, so none can start during the write.)
+    if (batch.epoch != epoch_) {
+      return absl::AbortedError("the spill was cleared after this batch was encoded");
+    }
     listed = open_segment_listed_;
   }
   if (fd_ < 0 || !listed || written_ >= options_.segment_bytes) {
@@ -277,8 +283,12 @@ void SpillLog::TrimThrough(EventId floor) {
   const bool writer_idle = write_mu_.TryLock();
   {
     absl::MutexLock lock(&mu_);
-    while (!segments_.empty() && segments_.front().bytes > 0 && segments_.front().last <= floor) {
+    while (!segments_.empty()) {
+      const Segment& front = segments_.front();
       const bool open = segments_.size() == 1 && open_segment_listed_;
+      // An empty segment is dropped unless it is the one being written (one
+      // left behind by a failed write must not stop trimming for good).
+      if (front.bytes > 0 ? front.last > floor : open) break;
       if (open && !writer_idle) break;
       if (open) open_segment_listed_ = false;
       bytes_ -= segments_.front().bytes;
@@ -305,6 +315,7 @@ void SpillLog::Clear() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   absl::MutexLock lock(&mu_);
+  ++epoch_;
   for (Segment& segment : segments_) doomed_.push_back(std::move(segment.path));
   segments_.clear();
   open_segment_listed_ = false;
@@ -318,6 +329,11 @@ void SpillLog::Reap() {
     doomed.swap(doomed_);
   }
   for (const std::string& path : doomed) ::unlink(path.c_str());
+}
+
+uint64_t SpillLog::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
 }
 
 uint64_t SpillLog::bytes() const {

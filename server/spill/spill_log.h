@@ -37,10 +37,10 @@
 namespace walfeed::server::spill {
 
 // A segment size for a budget: trimming frees whole segments, so a sixteenth of
-// the budget (1-64 MiB) keeps what is freed timely and the file count small.
+// the budget (256 KiB-64 MiB) keeps what is freed timely and the file count small.
 inline uint64_t SegmentBytesFor(uint64_t budget) {
   const uint64_t sixteenth = budget / 16;
-  return sixteenth < (uint64_t{1} << 20)   ? uint64_t{1} << 20
+  return sixteenth < (uint64_t{256} << 10) ? uint64_t{256} << 10
          : sixteenth > (uint64_t{64} << 20) ? uint64_t{64} << 20
                                             : sixteenth;
 }
@@ -64,12 +64,15 @@ class SpillLog {
   struct Batch {
     std::string bytes;
     std::vector<std::pair<EventId, uint64_t>> records;  // Each record's id and offset.
+    uint64_t epoch = 0;  // epoch() when encoded.
   };
-  static absl::StatusOr<Batch> Encode(absl::Span<const BufferedEvent* const> events);
+  static absl::StatusOr<Batch> Encode(absl::Span<const BufferedEvent* const> events,
+                                      uint64_t epoch);
 
   // Appends a batch (its events each newer than every event appended before).
   // Visible to readers once it returns OK. On an error (disk full, I/O) nothing
-  // of the call is visible and the log stays usable.
+  // of the call is visible and the log stays usable. Aborted for a batch
+  // encoded before the last Clear (it is dropped).
   absl::Status Append(const Batch& batch) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Append(absl::Span<const BufferedEvent* const> events) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -84,8 +87,10 @@ class SpillLog {
   // Never waits for an append in progress (the caller may hold a lock sessions
   // wait on): the segment being written stays until the next call.
   void TrimThrough(EventId floor) ABSL_NO_THREAD_SAFETY_ANALYSIS;
-  // Forgets everything (after a damaged record: the stream re-reads from the slot).
+  // Forgets everything (after a damaged record: the stream re-reads from the
+  // slot) and starts a new epoch.
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t epoch() const ABSL_LOCKS_EXCLUDED(mu_);
   // Deletes the files of forgotten segments.
   void Reap() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -128,6 +133,7 @@ class SpillLog {
   // when it was trimmed away whole).
   bool open_segment_listed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> doomed_ ABSL_GUARDED_BY(mu_);  // Files to delete.
 };
 

@@ -77,7 +77,7 @@ class RegistrySpillTest : public ::testing::Test {
       for (const ConsumerRegistry::DiskRequest& request : requests) {
         SessionList wake;
         absl::Status served = registry.FinishDiskRead(
-            request, spill_->ReadAfter(request.after, request.max_bytes), &wake);
+            request, spill_->ReadAfter(request.read_after, request.max_bytes), &wake);
         if (!served.ok()) {
           if (damage != nullptr) *damage = served;
           return ids;
@@ -258,14 +258,51 @@ TEST_F(RegistrySpillTest, DetachingTheLaggardFreesTheStreamUntilAResetReattaches
   ASSERT_EQ(snapshot.consumers.size(), 2u);
   EXPECT_TRUE(snapshot.consumers[1].detached);
 
-  // A reset to the head re-attaches it: it subscribes and holds the stream again.
+  // A reset to the head re-attaches it, from BeginReset on: events that arrive
+  // and that the fast consumer acks while the reset is being stored stay held
+  // for it.
   absl::StatusOr<ConsumerRegistry::ResetTicket> reset = registry->BeginReset("slow", std::nullopt);
   ASSERT_THAT(reset.status(), IsOk());
   EXPECT_TRUE(reset->detached);
   EXPECT_GT(reset->target, reset->previous);
-  registry->FinishReset("slow", reset->target, &wake);
   EXPECT_FALSE(registry->Snapshot().consumers[1].detached);
-  EXPECT_THAT(registry->Open("slow", std::nullopt, Unwindowed()).status(), IsOk());
+  for (uint64_t i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(Feed(*registry, 0x9000 + 16 * i));
+    std::vector<std::string> ids = Drain(*registry, *fast->session);
+    ASSERT_FALSE(ids.empty());
+    ASSERT_THAT(Ack(*registry, *fast, *EventId::Parse(ids.back())), IsOk());
+  }
+  registry->FinishReset("slow", reset->target, &wake);
+  absl::StatusOr<OpenedSession> back = registry->Open("slow", std::nullopt, Unwindowed());
+  ASSERT_THAT(back.status(), IsOk());
+  EXPECT_EQ(Drain(*registry, *back->session),
+            (std::vector<std::string>{Id(0x9010, 0).ToString(), Id(0x9020, 0).ToString(),
+                                      Id(0x9030, 0).ToString()}));
+}
+
+// A session that starts at a checkpoint while a newer ack of the same consumer
+// is being stored: once that ack lands, the session's cursor is below what is
+// held at all. It reads on from memory (no disk read for events nobody needs).
+TEST_F(RegistrySpillTest, ASessionBelowTheFloorReadsOnFromMemory) {
+  std::unique_ptr<ConsumerRegistry> registry = Make(uint64_t{1} << 30);
+  absl::StatusOr<OpenedSession> first = registry->Open("c", std::nullopt, Unwindowed());
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(Feed(*registry, 0x100 + 16 * i));
+  ASSERT_EQ(Drain(*registry, *first->session).size(), 5u);
+  ASSERT_THAT(Ack(*registry, *first, Id(0x100, 0)), IsOk());
+  absl::StatusOr<ConsumerRegistry::AckTicket> ticket =
+      registry->BeginAck("c", first->session->id(), Id(0x130, 0));
+  ASSERT_THAT(ticket.status(), IsOk());
+  absl::StatusOr<OpenedSession> second = registry->Open("c", std::nullopt, Unwindowed());
+  ASSERT_THAT(second.status(), IsOk());
+  EXPECT_EQ(second->start_after, Id(0x100, 0));
+  ASSERT_THAT(tracker_.Ack("c", Id(0x130, 0)), IsOk());
+  SessionList wake;
+  registry->FinishAck("c", Id(0x130, 0), &wake);
+  ASSERT_TRUE(Feed(*registry, 0x200));
+  EXPECT_EQ(Drain(*registry, *second->session),
+            (std::vector<std::string>{Id(0x140, 0).ToString(), Id(0x200, 0).ToString()}));
+  EXPECT_TRUE(registry->TakeDiskRequests().empty());
+  EXPECT_EQ(disk_wanted_, 0);
 }
 
 TEST_F(RegistrySpillTest, ADamagedSpillIsReportedNeverServed) {
