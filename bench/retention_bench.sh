@@ -10,8 +10,10 @@
 #   3. alone:  the server stops, $ROWS rows (payload $PAYLOAD bytes, 1,000 rows a
 #      transaction) are inserted, the server starts, walfeed_drain "fast"
 #      catches up to the end; events/s and the server's peak RSS are recorded;
-#   4. held:   consumer "stuck" acks one marker row and stops for good; the same
-#      again: it now holds every new event, which the server spills;
+#   4. held:   consumer "stuck" acks one marker row and stops; the same again:
+#      it now holds every new event, which the server spills (peak RSS and CPU
+#      are of this drain and the next); then stuck comes back and catches up,
+#      mostly from disk (catchup_events_per_s);
 #   5. prints one JSON line per phase and the ratio held/alone.
 #
 # Usage: bench/retention_bench.sh   (ROWS=1000000 PAYLOAD=1000 by default: about
@@ -101,8 +103,8 @@ sample_rss() {
   while kill -0 "$server_pid" 2>/dev/null; do
     rss="$(awk '/^VmRSS/ {print $2}' "/proc/$server_pid/status" 2>/dev/null || echo 0)"
     [ "${rss:-0}" -gt "$peak" ] && peak="$rss" && echo "$peak" >"$out"
-    ticks="$(awk '{print $14 + $15}' "/proc/$server_pid/stat" 2>/dev/null || echo)"
-    [ -n "$ticks" ] && echo "scale=2; $ticks / $hz" | bc >"$out.cpu"
+    ticks="$(awk '{print $14, $15}' "/proc/$server_pid/stat" 2>/dev/null || echo)"
+    [ -n "$ticks" ] && echo "$ticks $hz" >"$out.cpu"
     sleep 0.2
   done
 }
@@ -132,21 +134,32 @@ drain_phase() {  # name, end lsn
   local spilled
   spilled="$("$CLI_BIN" status --server "127.0.0.1:$port" --stream bench --format json |
     python3 -c 'import json,sys; s=json.load(sys.stdin)["streams"][0]; print(s.get("spilledBytes", s.get("spilled_bytes", 0)))')"
+  # Then the stopped consumer comes back and catches up, mostly from disk.
+  echo '{}' >"$tmp/catchup.$1.json"
+  if [ -n "${3:-}" ]; then
+    "$DRAIN_BIN" --server "127.0.0.1:$port" --stream bench --consumer "$3" --end-lsn "$2" \
+      --ack-interval-ms 200 --timeout-s 900 >"$tmp/catchup.$1.json"
+  fi
   stop_server
   wait "$sampler_pid" 2>/dev/null || true
   sampler_pid=""
-  python3 - "$1" "$tmp/drain.$1.json" "$tmp/rss.$1" "$spilled" <<'PY'
+  python3 - "$1" "$tmp/drain.$1.json" "$tmp/rss.$1" "$spilled" "$tmp/catchup.$1.json" <<'PY'
 import json, sys
-name, drain, rss, spilled = sys.argv[1:]
+name, drain, rss, spilled, catchup = sys.argv[1:]
+c = json.loads([l for l in open(catchup) if l.startswith('{')][-1])
 try:
-    cpu = float(open(rss + '.cpu').read())
+    user, system, hz = (float(x) for x in open(rss + '.cpu').read().split())
+    cpu, cpu_sys = round((user + system) / hz, 2), round(system / hz, 2)
 except Exception:
-    cpu = None
+    cpu, cpu_sys = None, None
 d = json.loads([l for l in open(drain) if l.startswith('{')][-1])
 span = d['last_event_after_s'] - d['subscribe_s']
 print(json.dumps({'phase': name, 'events': d['events'], 'seconds': round(span, 3),
                   'events_per_s': round(d['events'] / span), 'server_peak_rss_kb': int(open(rss).read()),
-                  'spilled_bytes_at_end': int(spilled), 'server_cpu_s': cpu}))
+                  'spilled_bytes_at_end': int(spilled), 'server_cpu_s': cpu,
+                  'server_sys_cpu_s': cpu_sys,
+                  'catchup_events_per_s': round(c['events'] / (c['last_event_after_s'] - c['subscribe_s']))
+                  if c.get('events') else None}))
 PY
 }
 
@@ -173,6 +186,6 @@ wait "$writer"
 stop_server
 
 insert_rows $(( ROWS + 1 )) "$ROWS"
-held="$(drain_phase held "$(end_lsn)")"
+held="$(drain_phase held "$(end_lsn)" stuck)"
 echo "$held"
 python3 -c 'import json,sys; a=json.loads(sys.argv[1]); h=json.loads(sys.argv[2]); print(json.dumps({"held_over_alone_events_per_s": round(h["events_per_s"]/a["events_per_s"], 3)}))' "$alone" "$held"

@@ -226,22 +226,35 @@ absl::StatusOr<std::vector<BufferedEvent>> SpillLog::ReadAfter(EventId after,
   }
   std::vector<BufferedEvent> events;
   size_t taken = 0;
-  std::string block;
+  // Read in blocks of at least kReadBlockBytes: one pread per block, not per
+  // record.
+  std::string window;
   for (const Extent& span : spans) {
     const int fd = ::open(span.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Errno(errno, absl::StrCat("opening spill segment ", span.path));
-    uint64_t at = span.from;
+    uint64_t window_at = span.from;
+    window.clear();
+    // Makes [at, at + n) readable in `window`; false with `failed` set if not.
     absl::Status failed;
+    auto ensure = [&](uint64_t at, uint64_t n) {
+      if (at >= window_at && at + n <= window_at + window.size()) return true;
+      const uint64_t want = std::min<uint64_t>(std::max<uint64_t>(n, kReadBlockBytes), span.to - at);
+      window.resize(want);
+      window_at = at;
+      failed = ReadExactly(fd, at, want, window.data(), span.path);
+      return failed.ok();
+    };
+    uint64_t at = span.from;
     while (at < span.to && taken < max_bytes) {
-      char header[kRecordHeaderBytes];
       if (span.to - at < kRecordHeaderBytes) {
         failed = absl::DataLossError(absl::StrCat("spill segment ", span.path,
                                                   " ends inside a record header at ", at));
         break;
       }
-      if (failed = ReadExactly(fd, at, sizeof(header), header, span.path); !failed.ok()) break;
+      if (!ensure(at, kRecordHeaderBytes)) break;
       uint32_t body = 0;
-      failed = BodyLength(absl::string_view(header, sizeof(header)), &body);
+      failed = BodyLength(absl::string_view(window).substr(at - window_at, kRecordHeaderBytes),
+                          &body);
       if (failed.ok() && body > span.to - at - kRecordHeaderBytes) {
         failed = absl::DataLossError("spill record is malformed: it runs past the segment's end");
       }
@@ -250,25 +263,23 @@ absl::StatusOr<std::vector<BufferedEvent>> SpillLog::ReadAfter(EventId after,
             absl::StrCat("spill segment ", span.path, " at ", at, ": ", failed.message()));
         break;
       }
-      block.resize(kRecordHeaderBytes + body);
-      std::memcpy(block.data(), header, kRecordHeaderBytes);
-      failed = ReadExactly(fd, at + kRecordHeaderBytes, body, block.data() + kRecordHeaderBytes,
-                           span.path);
-      if (!failed.ok()) break;
+      const uint64_t size = kRecordHeaderBytes + body;
+      if (!ensure(at, size)) break;
       BufferedEvent event;
-      if (failed = DecodeRecord(block, &event); !failed.ok()) {
+      if (failed = DecodeRecord(absl::string_view(window).substr(at - window_at, size), &event);
+          !failed.ok()) {
         failed = absl::DataLossError(
             absl::StrCat("spill segment ", span.path, " at ", at, ": ", failed.message()));
         break;
       }
-      at += block.size();
+      at += size;
       if (event.id <= after) continue;
       if (!events.empty() && event.id <= events.back().id) {
         failed = absl::DataLossError(absl::StrCat("spill segment ", span.path, " at ", at,
                                                   ": ids out of order"));
         break;
       }
-      taken += block.size();
+      taken += size;
       events.push_back(std::move(event));
     }
     ::close(fd);

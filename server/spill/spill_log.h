@@ -113,6 +113,7 @@ class SpillLog {
     std::vector<std::pair<EventId, uint64_t>> sparse;
   };
   static constexpr uint64_t kIndexStride = 64 << 10;
+  static constexpr uint64_t kReadBlockBytes = 1 << 20;
 
   explicit SpillLog(Options options) : options_(std::move(options)) {}
   std::string PathOf(uint64_t seq) const;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -18,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "tests/chaos/change_writer.h"
+#include "tests/chaos/child_process.h"
 #include "tests/chaos/delivery_log.h"
 #include "tests/chaos/harness.h"
 #include "tests/chaos/slot_loss.h"
@@ -80,6 +82,9 @@ class ChaosRun {
   absl::Status Setup();
   absl::Status StartServer();
   absl::Status StartConsumer(const std::string& name);
+  // `walfeed tail` without --consumer (ephemeral) through the proxy, started
+  // again whenever it ends (it ends when it falls behind what the server holds).
+  absl::Status KeepTailRunning();
   // The server is down while the writer commits up to `changes` more changes
   // (or `timeout` passes): an outage measured in data, not only in time.
   void Outage(uint64_t changes, absl::Duration timeout);
@@ -99,6 +104,9 @@ class ChaosRun {
   int server_starts_ = 0;
   std::map<std::string, Consumer> consumers_;
   std::unique_ptr<ChangeWriter> writer_;
+  std::atomic<uint64_t> tail_events_{0};  // Before tail_: its drain thread counts here.
+  std::unique_ptr<ChildProcess> tail_;
+  int tail_starts_ = 0;
   std::vector<Point> points_;
   // The spill (bytes of segment files) at each fault's moment: how often the
   // faults met the disk tier.
@@ -143,6 +151,7 @@ absl::Status ChaosRun::Setup() {
       return absl::DeadlineExceededError(absl::StrCat("consumer ", name, " never acked"));
     }
   }
+  if (absl::Status s = KeepTailRunning(); !s.ok()) return s;
   writer_ = std::make_unique<ChangeWriter>(pg_->ConnInfo(), options_.seed ^ 0x5eed5eedULL);
   writer_->Start();
   return absl::OkStatus();
@@ -155,6 +164,20 @@ absl::Status ChaosRun::StartServer() {
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
   proxy_->SetUpstream(server_->port());
+  return absl::OkStatus();
+}
+
+absl::Status ChaosRun::KeepTailRunning() {
+  if (tail_ && !tail_->exited()) return absl::OkStatus();
+  ++tail_starts_;
+  absl::StatusOr<std::unique_ptr<ChildProcess>> tail = ChildProcess::Spawn(
+      {WALFEED_CLI_BINARY, "tail", "--server", absl::StrCat("127.0.0.1:", proxy_->port()),
+       "--stream", kStream},
+      absl::StrCat(dir_, "/tail-", tail_starts_, ".stderr"), [this](const std::string& line) {
+        if (!line.empty() && line[0] == '{') ++tail_events_;
+      });
+  if (!tail.ok()) return tail.status();
+  tail_ = std::move(*tail);
   return absl::OkStatus();
 }
 
@@ -380,6 +403,8 @@ void ChaosRun::Report(const Verdict& verdict, absl::Duration elapsed) {
         name, consumers_[name].logs.paths.size(), fig.delivered, fig.distinct, fig.duplicates,
         fig.largest_window, fig.sessions, fig.acks, fig.lost);
   }
+  std::cout << absl::StrFormat("ephemeral tail: %d processes, %d events printed\n", tail_starts_,
+                               tail_events_.load());
   std::cout << absl::StrFormat("spill: %d of %d faults struck while events were on disk (peak "
                                "%d bytes)\n",
                                points_with_spill_, points_.size(), spill_peak_);
@@ -430,8 +455,12 @@ int ChaosRun::Execute() {
     std::cout << absl::StrFormat("point %d/%d %s %s", i + 1, options_.points, FaultName(kind),
                                  detail)
               << std::endl;
+    // The durable consumers caught up with the ephemeral tail connected: it
+    // never holds them back.
     if (run.ok()) run = CatchUp(i, FaultName(kind));
+    if (run.ok()) run = KeepTailRunning();
   }
+  if (tail_) tail_->Kill();
   if (run.ok()) run = Finish();
   if (!run.ok()) {
     failures_.push_back(absl::StrCat("run stopped: ", run.ToString()));
