@@ -17,35 +17,7 @@ namespace {
 
 using namespace ::walfeed::server::e2e;  // NOLINT: the harness is this file's vocabulary.
 
-class ConsumersE2eTest : public ServerE2eTest {
- protected:
-  // Commits `n` single-row transactions into orders, ids from `first`.
-  void InsertTransactions(int first, int n) {
-    ASSERT_THAT(pg_->Exec(absl::StrCat("DO $$ BEGIN FOR i IN ", first, "..", first + n - 1,
-                                       " LOOP INSERT INTO orders VALUES (i, 'item', 1, NULL); "
-                                       "COMMIT; END LOOP; END $$")),
-                IsOk());
-  }
-
-  grpc::Status Reset(const std::string& consumer, const std::string& to, bool to_head,
-                     walfeed::v1::ResetConsumerResponse* response = nullptr) {
-    walfeed::v1::ResetConsumerRequest request;
-    request.set_stream(kStream);
-    request.set_consumer(consumer);
-    request.set_to(to);
-    request.set_to_head(to_head);
-    grpc::ClientContext context;
-    context.set_deadline(ChronoDeadline(kDeadline));
-    walfeed::v1::ResetConsumerResponse ignored;
-    return stub_->ResetConsumer(&context, request, response != nullptr ? response : &ignored);
-  }
-
-  walfeed::v1::StreamStatus StreamStatusNow() {
-    GetStatusResponse response;
-    EXPECT_THAT(Status(kStream, &response), GrpcOk());
-    return response.streams_size() == 1 ? response.streams(0) : walfeed::v1::StreamStatus();
-  }
-};
+class ConsumersE2eTest : public ServerE2eTest {};
 
 TEST_F(ConsumersE2eTest, AConsumerThatNeverAckedHoldsNothingOnceItLeaves) {
   StartServer(Yaml("defaults:\n  buffer_bytes: 262144\n"));

@@ -515,6 +515,14 @@ class ServerE2eTest : public ::testing::Test {
                                    "public.full_rows"));
   }
 
+  // Commits `n` single-row transactions into orders, ids from `first`.
+  void InsertTransactions(int first, int n) {
+    ASSERT_THAT(pg_->Exec(absl::StrCat("DO $$ BEGIN FOR i IN ", first, "..", first + n - 1,
+                                       " LOOP INSERT INTO orders VALUES (i, 'item', 1, NULL); "
+                                       "COMMIT; END LOOP; END $$")),
+                IsOk());
+  }
+
   void StartServer(const std::string& yaml) {
     absl::StatusOr<ServerConfig> config = ParseConfig(yaml, "e2e.yaml");
     ASSERT_THAT(config, IsOk()) << yaml;
@@ -603,6 +611,27 @@ class ServerE2eTest : public ::testing::Test {
     if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
     walfeed::v1::RemoveConsumerResponse ignored;
     return stub_->RemoveConsumer(&context, request, response != nullptr ? response : &ignored);
+  }
+
+  // ResetConsumer on stream "orders": to `to`, or to the head.
+  grpc::Status Reset(const std::string& consumer, const std::string& to, bool to_head,
+                     walfeed::v1::ResetConsumerResponse* response = nullptr) {
+    walfeed::v1::ResetConsumerRequest request;
+    request.set_stream(kStream);
+    request.set_consumer(consumer);
+    request.set_to(to);
+    request.set_to_head(to_head);
+    grpc::ClientContext context;
+    context.set_deadline(ChronoDeadline(kDeadline));
+    walfeed::v1::ResetConsumerResponse ignored;
+    return stub_->ResetConsumer(&context, request, response != nullptr ? response : &ignored);
+  }
+
+  // The status of stream "orders" now.
+  walfeed::v1::StreamStatus StreamStatusNow() {
+    GetStatusResponse response;
+    EXPECT_THAT(Status(kStream, &response), GrpcOk());
+    return response.streams_size() == 1 ? response.streams(0) : walfeed::v1::StreamStatus();
   }
 
   grpc::Status Status(const std::string& stream, GetStatusResponse* response,

@@ -97,6 +97,34 @@ class RegistrySpillTest : public ::testing::Test {
     registry.FinishAck(opened.session->consumer(), id, &wake);
     return absl::OkStatus();
   }
+  // "fast" and "slow" subscribe, receive a first event and ack it: both have a
+  // durable checkpoint, so nothing either has not acked is dropped.
+  std::pair<OpenedSession, OpenedSession> FastAndSlow(ConsumerRegistry& registry) {
+    absl::StatusOr<OpenedSession> fast = registry.Open("fast", std::nullopt, Unwindowed());
+    absl::StatusOr<OpenedSession> slow = registry.Open("slow", std::nullopt, Unwindowed());
+    EXPECT_THAT(fast.status(), IsOk());
+    EXPECT_THAT(slow.status(), IsOk());
+    EXPECT_TRUE(Feed(registry, 0x100));
+    for (const OpenedSession* opened : {&*fast, &*slow}) {
+      Drain(registry, *opened->session);
+      EXPECT_THAT(Ack(registry, *opened, Id(0x100, 0)), IsOk());
+    }
+    return {*fast, *slow};
+  }
+  // Single-event transactions from `commit` on, `fast` receiving and acking as
+  // they come, until the reader must wait. Returns how many were fed.
+  uint64_t FeedUntilFull(ConsumerRegistry& registry, const OpenedSession& fast, uint64_t commit) {
+    uint64_t fed = 0;
+    while (fed < 1000 && Feed(registry, commit + 16 * fed)) {
+      ++fed;
+      std::vector<std::string> ids = Drain(registry, *fast.session);
+      if (!ids.empty()) {
+        EXPECT_THAT(Ack(registry, fast, *EventId::Parse(ids.back())), IsOk());
+      }
+    }
+    EXPECT_LT(fed, 1000u) << "memory and disk never filled";
+    return fed;
+  }
   static SessionOptions Unwindowed() {
     SessionOptions options;
     options.limits.max_unacked_events = 1 << 20;
@@ -185,52 +213,24 @@ TEST_F(RegistrySpillTest, TheReaderWaitsForTheLeadingSessionRatherThanSpillAhead
 
 TEST_F(RegistrySpillTest, AFullBudgetHoldsTheStreamAndNamesTheLaggard) {
   std::unique_ptr<ConsumerRegistry> registry = Make(/*retention=*/20 * event_bytes_);
-  absl::StatusOr<OpenedSession> fast = registry->Open("fast", std::nullopt, Unwindowed());
-  absl::StatusOr<OpenedSession> slow = registry->Open("slow", std::nullopt, Unwindowed());
-  ASSERT_TRUE(Feed(*registry, 0x100));
-  Drain(*registry, *fast->session);
-  Drain(*registry, *slow->session);
-  ASSERT_THAT(Ack(*registry, *fast, Id(0x100, 0)), IsOk());
-  ASSERT_THAT(Ack(*registry, *slow, Id(0x100, 0)), IsOk());
-  uint64_t fed = 0;
-  while (Feed(*registry, 0x200 + 16 * fed)) {
-    ++fed;
-    std::vector<std::string> ids = Drain(*registry, *fast->session);
-    if (!ids.empty()) {
-      ASSERT_THAT(Ack(*registry, *fast, *EventId::Parse(ids.back())), IsOk());
-    }
-    ASSERT_LT(fed, 1000u) << "the budget never filled";
-  }
+  const auto [fast, slow] = FastAndSlow(*registry);
+  const uint64_t fed = FeedUntilFull(*registry, fast, 0x200);
   const RegistrySnapshot snapshot = registry->Snapshot();
   EXPECT_EQ(snapshot.held_by, "slow");
   EXPECT_LE(snapshot.spilled_bytes, 20 * event_bytes_);
   EXPECT_GE(fed, 25u) << "memory and disk both filled first";
   // The laggard acks what it has: the stream has room again.
-  std::vector<std::string> ids = Drain(*registry, *slow->session);
+  std::vector<std::string> ids = Drain(*registry, *slow.session);
   ASSERT_EQ(ids.size(), fed);
-  ASSERT_THAT(Ack(*registry, *slow, *EventId::Parse(ids.back())), IsOk());
+  ASSERT_THAT(Ack(*registry, slow, *EventId::Parse(ids.back())), IsOk());
   EXPECT_TRUE(Feed(*registry, 0x200 + 16 * fed));
 }
 
 TEST_F(RegistrySpillTest, DetachingTheLaggardFreesTheStreamUntilAResetReattachesIt) {
   std::unique_ptr<ConsumerRegistry> registry = Make(/*retention=*/20 * event_bytes_);
-  absl::StatusOr<OpenedSession> fast = registry->Open("fast", std::nullopt, Unwindowed());
-  absl::StatusOr<OpenedSession> slow = registry->Open("slow", std::nullopt, Unwindowed());
-  ASSERT_TRUE(Feed(*registry, 0x100));
-  Drain(*registry, *fast->session);
-  Drain(*registry, *slow->session);
-  ASSERT_THAT(Ack(*registry, *fast, Id(0x100, 0)), IsOk());
-  ASSERT_THAT(Ack(*registry, *slow, Id(0x100, 0)), IsOk());
+  const auto [fast, slow] = FastAndSlow(*registry);
   EXPECT_EQ(registry->LaggardToDetach(), std::nullopt) << "nothing is full yet";
-  uint64_t fed = 0;
-  while (Feed(*registry, 0x200 + 16 * fed)) {
-    ++fed;
-    std::vector<std::string> ids = Drain(*registry, *fast->session);
-    if (!ids.empty()) {
-      ASSERT_THAT(Ack(*registry, *fast, *EventId::Parse(ids.back())), IsOk());
-    }
-    ASSERT_LT(fed, 1000u);
-  }
+  const uint64_t fed = FeedUntilFull(*registry, fast, 0x200);
   ASSERT_EQ(registry->LaggardToDetach(), "slow");
 
   SessionList ended;
@@ -240,7 +240,7 @@ TEST_F(RegistrySpillTest, DetachingTheLaggardFreesTheStreamUntilAResetReattaches
   ASSERT_EQ(ended.size(), 1u);
   std::string frame;
   std::optional<absl::Status> end;
-  registry->NextFrame(*slow->session, kNow, &frame, &end);
+  registry->NextFrame(*slow.session, kNow, &frame, &end);
   ASSERT_TRUE(end.has_value());
   EXPECT_THAT(*end, StatusIs(absl::StatusCode::kFailedPrecondition));
   SessionList wake;
@@ -268,9 +268,9 @@ TEST_F(RegistrySpillTest, DetachingTheLaggardFreesTheStreamUntilAResetReattaches
   EXPECT_FALSE(registry->Snapshot().consumers[1].detached);
   for (uint64_t i = 1; i <= 3; ++i) {
     ASSERT_TRUE(Feed(*registry, 0x9000 + 16 * i));
-    std::vector<std::string> ids = Drain(*registry, *fast->session);
+    std::vector<std::string> ids = Drain(*registry, *fast.session);
     ASSERT_FALSE(ids.empty());
-    ASSERT_THAT(Ack(*registry, *fast, *EventId::Parse(ids.back())), IsOk());
+    ASSERT_THAT(Ack(*registry, fast, *EventId::Parse(ids.back())), IsOk());
   }
   registry->FinishReset("slow", reset->target, &wake);
   absl::StatusOr<OpenedSession> back = registry->Open("slow", std::nullopt, Unwindowed());
@@ -307,18 +307,12 @@ TEST_F(RegistrySpillTest, ASessionBelowTheFloorReadsOnFromMemory) {
 
 TEST_F(RegistrySpillTest, ADamagedSpillIsReportedNeverServed) {
   std::unique_ptr<ConsumerRegistry> registry = Make(uint64_t{1} << 30);
-  absl::StatusOr<OpenedSession> fast = registry->Open("fast", std::nullopt, Unwindowed());
-  absl::StatusOr<OpenedSession> slow = registry->Open("slow", std::nullopt, Unwindowed());
-  ASSERT_TRUE(Feed(*registry, 0x100));
-  Drain(*registry, *fast->session);
-  Drain(*registry, *slow->session);
-  ASSERT_THAT(Ack(*registry, *fast, Id(0x100, 0)), IsOk());
-  ASSERT_THAT(Ack(*registry, *slow, Id(0x100, 0)), IsOk());
+  const auto [fast, slow] = FastAndSlow(*registry);
   for (uint64_t i = 1; i <= 100; ++i) {
     ASSERT_TRUE(Feed(*registry, 0x100 + 16 * i));
-    std::vector<std::string> ids = Drain(*registry, *fast->session);
+    std::vector<std::string> ids = Drain(*registry, *fast.session);
     if (!ids.empty()) {
-      ASSERT_THAT(Ack(*registry, *fast, *EventId::Parse(ids.back())), IsOk());
+      ASSERT_THAT(Ack(*registry, fast, *EventId::Parse(ids.back())), IsOk());
     }
   }
   ASSERT_GT(spill_->bytes(), 0u);
@@ -328,7 +322,7 @@ TEST_F(RegistrySpillTest, ADamagedSpillIsReportedNeverServed) {
     file.put('\x7f');
   }
   absl::Status damage;
-  std::vector<std::string> ids = Drain(*registry, *slow->session, &damage);
+  std::vector<std::string> ids = Drain(*registry, *slow.session, &damage);
   EXPECT_THAT(damage, StatusIs(absl::StatusCode::kDataLoss));
   for (size_t i = 0; i < ids.size(); ++i) {
     EXPECT_EQ(ids[i], Id(0x100 + 16 * (i + 1), 0).ToString()) << "what was served is intact";

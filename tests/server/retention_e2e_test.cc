@@ -21,22 +21,10 @@ using namespace ::walfeed::server::e2e;  // NOLINT: the harness is this file's v
 
 class RetentionE2eTest : public ServerE2eTest {
  protected:
-  // Commits `n` single-row transactions into orders, ids from `first`.
-  void InsertTransactions(int first, int n) {
-    ASSERT_THAT(pg_->Exec(absl::StrCat("DO $$ BEGIN FOR i IN ", first, "..", first + n - 1,
-                                       " LOOP INSERT INTO orders VALUES (i, 'item', 1, NULL); "
-                                       "COMMIT; END LOOP; END $$")),
-                IsOk());
-  }
   std::string RetentionYaml(const std::string& retention_bytes, const std::string& policy) {
     return Yaml(absl::StrCat("state_dir: ", dir_, "/state\ndefaults:\n  buffer_bytes: 65536\n",
                              "  retention_bytes: ", retention_bytes, "\n  laggard_policy: ",
                              policy, "\n"));
-  }
-  walfeed::v1::StreamStatus StreamStatusNow() {
-    GetStatusResponse response;
-    EXPECT_THAT(Status(kStream, &response), GrpcOk());
-    return response.streams_size() == 1 ? response.streams(0) : walfeed::v1::StreamStatus();
   }
   const walfeed::v1::ConsumerStatus* Find(const walfeed::v1::StreamStatus& status,
                                           const std::string& name) {
@@ -177,14 +165,7 @@ TEST_F(RetentionE2eTest, DetachReleasesTheSlotAndTheLaggardIsToldHowToResume) {
                                                  "--consumer stuck --to-head --yes"));
 
   // The reset re-attaches it at the head: new rows arrive again.
-  walfeed::v1::ResetConsumerRequest reset;
-  reset.set_stream(kStream);
-  reset.set_consumer("stuck");
-  reset.set_to_head(true);
-  grpc::ClientContext context;
-  context.set_deadline(ChronoDeadline(kDeadline));
-  walfeed::v1::ResetConsumerResponse reset_response;
-  ASSERT_THAT(stub_->ResetConsumer(&context, reset, &reset_response), GrpcOk());
+  ASSERT_THAT(Reset("stuck", "", /*to_head=*/true), GrpcOk());
   EXPECT_FALSE(Find(StreamStatusNow(), "stuck")->detached());
   std::unique_ptr<Subscription> back = Subscribe(Request("stuck"));
   InsertTransactions(kRows + 2, 1);
