@@ -79,12 +79,22 @@ void LogNotice(void*, const char* message) {
 
 absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind) {
   // libpq processes these in order and a repeated keyword takes the last value, so:
-  // our default application_name first (a conninfo that sets one overrides it), then
-  // the conninfo itself (expanded from the first dbname keyword), then
-  // replication=database last so a conninfo cannot turn it off.
+  // our defaults first (a conninfo that sets one overrides it), then the conninfo
+  // itself (expanded from the first dbname keyword), then replication=database
+  // last so a conninfo cannot turn it off.
+  //
+  // The defaults bound a silent network: without them a connect to a host that
+  // drops packets waits for the kernel's SYN retries (about 2 minutes), and an
+  // idle connection to a vanished host is never noticed. TCP keepalives after
+  // 10 s idle, every 5 s, 3 probes; unacknowledged data for 30 s ends the
+  // connection (tcp_user_timeout); a connect gives up after 10 s. (Ignored for
+  // Unix sockets.)
   const std::string conninfo_str(conninfo);
-  std::vector<const char*> keys = {"application_name", "dbname"};
-  std::vector<const char*> values = {"walfeed", conninfo_str.c_str()};
+  std::vector<const char*> keys = {"application_name", "connect_timeout",     "keepalives",
+                                   "keepalives_idle",  "keepalives_interval", "keepalives_count",
+                                   "tcp_user_timeout", "dbname"};
+  std::vector<const char*> values = {"walfeed", "10", "1", "10", "5", "3", "30000",
+                                     conninfo_str.c_str()};
   if (kind == ConnectionKind::kReplication) {
     keys.push_back("replication");
     values.push_back("database");

@@ -42,7 +42,8 @@ enum class ConnectionKind {
 // Connects with `conninfo` (key/value string or postgresql:// URL). The password
 // comes from libpq's usual places (PGPASSWORD, PGPASSFILE / ~/.pgpass, or the
 // conninfo itself) and sslmode is honoured as given. application_name defaults to
-// "walfeed" unless the conninfo sets one.
+// "walfeed", connect_timeout to 10 s, and TCP keepalives / tcp_user_timeout bound
+// a silent peer (see pg_conn.cc), unless the conninfo sets them.
 absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind);
 
 // Runs one statement with text parameters ($1, $2, ...; nullopt = NULL). Not on

@@ -146,6 +146,10 @@ absl::Status StreamReader::RunSession(Lsn start) {
   sink_->OnConnected(start);
 
   absl::Time next_status = clock_->Now();
+  // When something last arrived (or the loop last stopped reading: silence is
+  // judged only while it reads). Zero silence_limit: no bound.
+  absl::Time last_heard = clock_->Now();
+  const absl::Duration silence_limit = conn->wal_sender_timeout();
   for (;;) {
     if (stop_.load()) {
       // The last store gets a moment, so what was acked before the stop is
@@ -186,13 +190,24 @@ absl::Status StreamReader::RunSession(Lsn start) {
     }
     sink_->OnDrained();
     const absl::Time now = clock_->Now();
+    if (frames > 0 || !room) last_heard = now;
+    if (silence_limit > absl::ZeroDuration() && now - last_heard >= silence_limit) {
+      return absl::UnavailableError(absl::StrCat(
+          "no message from PostgreSQL for ",
+          absl::FormatDuration(absl::Trunc(now - last_heard, absl::Milliseconds(1))),
+          " although it answers a reply request at once (wal_sender_timeout ",
+          absl::FormatDuration(silence_limit),
+          "): the connection is presumed dead (network or host unreachable)"));
+    }
     // Storing is asked for on the status cadence (or a reply request), as the
     // update that would carry it goes out; a store that finished since the last
     // update is confirmed at once, without waiting for the next tick.
     const bool due = reply_now || now >= next_status;
     if (due) RequestPersist(now);
     if (due || persister_->durable() > durable_) {
-      WALFEED_RETURN_IF_ERROR(SendStatusUpdate(*conn));
+      // Silent for a status interval: ask the walsender to answer.
+      const bool probe = silence_limit > absl::ZeroDuration() && now - last_heard >= interval;
+      WALFEED_RETURN_IF_ERROR(SendStatusUpdate(*conn, probe));
       last_status_replied_ = reply_now;
       next_status = now + interval;
     }
@@ -203,10 +218,12 @@ absl::Status StreamReader::RunSession(Lsn start) {
     const bool coalesce = frames > 0 && caught_up && room && !reply_now &&
                           options_.read_coalesce > absl::ZeroDuration();
     const bool more_buffered = room && frames >= kMaxDrainFrames;
-    const absl::Time deadline =
-        more_buffered ? now
-        : coalesce    ? std::min(next_status, now + options_.read_coalesce)
-                      : next_status;
+    absl::Time deadline = more_buffered ? now
+                          : coalesce    ? std::min(next_status, now + options_.read_coalesce)
+                                        : next_status;
+    if (silence_limit > absl::ZeroDuration() && room) {
+      deadline = std::min(deadline, last_heard + silence_limit);
+    }
     WALFEED_ASSIGN_OR_RETURN(Readiness ready, conn->Wait(room && !coalesce, deadline, wake_fd_));
     if (ready.woken) DrainWakeFd();
     if (coalesce || ready.input) WALFEED_RETURN_IF_ERROR(conn->ConsumeInput());
@@ -294,7 +311,7 @@ void StreamReader::RequestPersist(absl::Time now) {
   }
 }
 
-absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn) {
+absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn, bool request_reply) {
   durable_ = std::max(durable_, persister_->durable());
   if (std::optional<absl::Status> failed = persister_->TakeError()) {
     // The older durable position keeps being confirmed; the next request retries.
@@ -311,6 +328,7 @@ absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn) {
   update.flush = durable_;
   update.apply = durable_;
   update.client_time = copy_data::ToPostgresMicros(clock_->Now());
+  update.reply_requested = request_reply;
   const auto bytes = copy_data::Encode(update);
   WALFEED_RETURN_IF_ERROR(conn.Send(bytes));
   last_status_sent_ = clock_->Now();

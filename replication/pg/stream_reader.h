@@ -48,6 +48,14 @@
 //   between them, ends the session as transient, letting the shutdown finish;
 //   the reader resumes from its stored position afterwards. Counting requests
 //   rather than a rate keeps this independent of how fast each reply goes out.
+// * Silence is bounded. A walsender answers a status update that requests a
+//   reply at once, even while it decodes a large transaction, so after a status
+//   interval with nothing heard the next update asks for one; when nothing at all
+//   arrives for wal_sender_timeout (the walsender's own limit for us) the
+//   connection is presumed dead (a black-holed network, a frozen host) and the
+//   session ends as transient: the stream reports CONNECTING with the reason and
+//   reconnects. Not while the sink is full (the socket is not read then), and
+//   not with wal_sender_timeout 0 (TCP keepalives, set by pg::Connect, bound it).
 //   Known gap: while the sink is full the socket is
 //   not read, so the requests go unseen and the shutdown waits until the buffer
 //   has room again (or walfeed stops).
@@ -149,7 +157,8 @@ class StreamReader {
   // Asks the persister for the confirmable position when it is ahead of what was
   // stored and the last request is min_persist_interval old.
   void RequestPersist(absl::Time now);
-  absl::Status SendStatusUpdate(ReplicationConnection& conn);
+  // `request_reply`: ask the walsender to answer at once (a liveness probe).
+  absl::Status SendStatusUpdate(ReplicationConnection& conn, bool request_reply = false);
   // Waits up to `timeout` (real time) for Stop()/Wake(); drains the wake fd.
   void WaitForWake(absl::Duration timeout);
   void DrainWakeFd();

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "replication/byte_reader.h"
+#include "tests/testing/pgoutput_encoder.h"
 
 namespace walfeed::testing {
 namespace {
@@ -54,6 +56,11 @@ Script& Script::WalSenderTimeout(absl::Duration timeout) {
   return *this;
 }
 
+Script& Script::Silent() {
+  silent_ = true;
+  return *this;
+}
+
 std::vector<replication::Lsn> FakeLog::starts() const {
   absl::MutexLock lock(&mu_);
   return starts_;
@@ -81,6 +88,7 @@ class FakeConnection : public replication::ReplicationConnection {
         session_(session),
         log_(std::move(log)),
         wal_sender_timeout_(script.wal_sender_timeout()),
+        silent_(script.silent()),
         limit_(clock->Now() + FakeOpener::kSimulatedLimit) {
     absl::Time at = clock->Now();
     for (const Script::Step& step : script.steps()) {
@@ -104,6 +112,17 @@ class FakeConnection : public replication::ReplicationConnection {
     if (!next.failure.ok()) {
       broken_ = next.failure;
       return broken_;
+    }
+    // The walsender's position, for the keepalives that answer reply requests:
+    // a keepalive's walEnd is at byte 1, an XLogData's at byte 9.
+    const size_t at = next.frame.empty()      ? 0
+                      : next.frame[0] == 'k' ? 1
+                      : next.frame[0] == 'w' ? 9
+                                             : 0;
+    if (at > 0 && next.frame.size() >= at + 8) {
+      uint64_t lsn = 0;
+      for (size_t i = 0; i < 8; ++i) lsn = (lsn << 8) | next.frame[at + i];
+      wal_end_ = std::max(wal_end_, lsn);
     }
     char* data = new char[next.frame.size()];
     std::memcpy(data, next.frame.data(), next.frame.size());
@@ -133,6 +152,14 @@ class FakeConnection : public replication::ReplicationConnection {
       log_->updates_.push_back(update);
     }
     if (log_->on_update) log_->on_update(update);
+    if (update.reply_requested && !silent_) {
+      // Answered at once, ahead of anything scripted later.
+      auto later = std::find_if(pending_.begin(), pending_.end(),
+                                [&](const Pending& p) { return p.at > update.at; });
+      pending_.insert(later, Pending{update.at,
+                                     EncodeKeepalive(replication::Lsn(wal_end_), 0, false),
+                                     absl::OkStatus()});
+    }
     return absl::OkStatus();
   }
 
@@ -183,7 +210,9 @@ class FakeConnection : public replication::ReplicationConnection {
   const int session_;
   const std::shared_ptr<FakeLog> log_;
   const absl::Duration wal_sender_timeout_;
+  const bool silent_;
   const absl::Time limit_;
+  uint64_t wal_end_ = 0;  // The newest walEnd delivered.
   std::deque<Pending> pending_;
   absl::Status broken_;
 };

@@ -58,13 +58,18 @@ class Script {
   Script& Frames(const std::vector<std::vector<uint8_t>>& frames);
   Script& Fail(absl::Status status, absl::Duration after = absl::ZeroDuration());
   Script& WalSenderTimeout(absl::Duration timeout);
+  // A black hole: a status update that requests a reply gets none (a live
+  // walsender answers it at once with a keepalive, and so does the fake).
+  Script& Silent();
 
   const std::vector<Step>& steps() const { return steps_; }
   absl::Duration wal_sender_timeout() const { return wal_sender_timeout_; }
+  bool silent() const { return silent_; }
 
  private:
   std::vector<Step> steps_;
   absl::Duration wal_sender_timeout_ = absl::Seconds(60);
+  bool silent_ = false;
 };
 
 // A standby status update as the loop sent it.

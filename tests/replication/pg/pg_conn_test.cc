@@ -59,6 +59,31 @@ TEST_F(PgConnTest, ConninfoApplicationNameWins) {
   EXPECT_EQ(Value(Exec(conn->get(), "SHOW application_name")->get(), 0, 0), "mine");
 }
 
+// What libpq ended up using for a connection's option.
+std::string OptionOf(PGconn* conn, const std::string& keyword) {
+  std::string value;
+  PQconninfoOption* options = PQconninfo(conn);
+  for (PQconninfoOption* o = options; o != nullptr && o->keyword != nullptr; ++o) {
+    if (keyword == o->keyword && o->val != nullptr) value = o->val;
+  }
+  PQconninfoFree(options);
+  return value;
+}
+
+TEST_F(PgConnTest, SilenceIsBoundedByDefaultAndTheConninfoMayChangeIt) {
+  absl::StatusOr<PgConnPtr> conn = Connect(pg_->ConnInfo(), ConnectionKind::kSql);
+  ASSERT_THAT(conn, IsOk());
+  EXPECT_EQ(OptionOf(conn->get(), "connect_timeout"), "10");
+  EXPECT_EQ(OptionOf(conn->get(), "keepalives_idle"), "10");
+  EXPECT_EQ(OptionOf(conn->get(), "tcp_user_timeout"), "30000");
+  conn = Connect(pg_->ConnInfo() + " connect_timeout=3 keepalives_idle=60",
+                 ConnectionKind::kReplication);
+  ASSERT_THAT(conn, IsOk());
+  EXPECT_EQ(OptionOf(conn->get(), "connect_timeout"), "3");
+  EXPECT_EQ(OptionOf(conn->get(), "keepalives_idle"), "60");
+  EXPECT_EQ(OptionOf(conn->get(), "keepalives_count"), "3");
+}
+
 TEST_F(PgConnTest, ClassifiesServerErrors) {
   absl::StatusOr<PgConnPtr> conn = Connect(pg_->ConnInfo(), ConnectionKind::kSql);
   ASSERT_THAT(conn, IsOk());

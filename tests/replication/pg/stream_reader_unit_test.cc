@@ -91,6 +91,14 @@ class RecordingSink : public StreamSink {
     absl::MutexLock lock(&mu_);
     commits_.push_back(commit);
   }
+  void OnDisconnected(const absl::Status& why) override {
+    absl::MutexLock lock(&mu_);
+    disconnects_.push_back(std::string(why.message()));
+  }
+  std::vector<std::string> disconnects() const {
+    absl::MutexLock lock(&mu_);
+    return disconnects_;
+  }
   void SetRoom(bool room) {
     absl::MutexLock lock(&mu_);
     room_ = room;
@@ -112,6 +120,7 @@ class RecordingSink : public StreamSink {
   const FakeClock* const clock_;
   mutable absl::Mutex mu_;
   bool room_ ABSL_GUARDED_BY(mu_) = true;
+  std::vector<std::string> disconnects_ ABSL_GUARDED_BY(mu_);
   std::vector<EventId> ids_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> times_ ABSL_GUARDED_BY(mu_);
   std::vector<TransactionCommitted> commits_ ABSL_GUARDED_BY(mu_);
@@ -264,6 +273,46 @@ TEST_F(StreamReaderUnitTest, ReplyRequestIsAnsweredAtOnce) {
   EXPECT_EQ(at[0], absl::ZeroDuration()) << "the first update goes out at connect";
   EXPECT_EQ(at[1], absl::Milliseconds(300)) << "the reply request, answered when it arrived";
   EXPECT_EQ(at[2], absl::Milliseconds(1300)) << "the cadence restarts from the reply";
+}
+
+// A black hole (network or host gone without a reset): nothing arrives and
+// reply requests go unanswered. The session ends as transient once nothing was
+// heard for wal_sender_timeout; the fake then has no session left, which ends Run.
+TEST_F(StreamReaderUnitTest, SilenceForTheSenderTimeoutEndsTheSession) {
+  const absl::Time start = clock_.Now();
+  EXPECT_THAT(Run({Script().WalSenderTimeout(absl::Seconds(4)).Silent()}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_THAT(sink_.disconnects(), SizeIs(1));
+  EXPECT_THAT(sink_.disconnects()[0], HasSubstr("no message from PostgreSQL for 4s"));
+  const std::vector<SentUpdate> sent = log_->updates();
+  ASSERT_GE(sent.size(), 4u);
+  EXPECT_FALSE(sent[0].reply_requested) << "nothing was missed yet";
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(sent[i].at - start, absl::Seconds(static_cast<int64_t>(i)));
+    EXPECT_TRUE(sent[i].reply_requested) << "after a silent second, a probe: update " << i;
+  }
+  EXPECT_LE(sent.back().at - start, absl::Seconds(4));
+  EXPECT_EQ(log_->starts().size(), 2u) << "it reconnected (transient), not gave up";
+}
+
+// A quiet but live walsender answers the probes: the session lives.
+TEST_F(StreamReaderUnitTest, AQuietServerThatAnswersProbesKeepsTheSession) {
+  const absl::Time start = clock_.Now();
+  ASSERT_THAT(Run({Script().WalSenderTimeout(absl::Seconds(4))},
+                  [&](const SentUpdate& u) { return u.at - start >= absl::Seconds(20); }),
+              IsOk());
+  EXPECT_THAT(sink_.disconnects(), SizeIs(0));
+  EXPECT_EQ(log_->starts().size(), 1u);
+}
+
+// While the sink is full the socket is not read, so silence says nothing.
+TEST_F(StreamReaderUnitTest, SilenceIsNotJudgedWhileTheSinkIsFull) {
+  const absl::Time start = clock_.Now();
+  sink_.SetRoom(false);
+  ASSERT_THAT(Run({Script().WalSenderTimeout(absl::Seconds(4)).Silent()},
+                  [&](const SentUpdate& u) { return u.at - start >= absl::Seconds(20); }),
+              IsOk());
+  EXPECT_THAT(sink_.disconnects(), SizeIs(0));
 }
 
 TEST_F(StreamReaderUnitTest, BackpressureStopsReadingButStatusUpdatesGoOn) {
