@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "replication/error_reason.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "server/subscribe_options.h"
@@ -14,6 +15,8 @@
 
 namespace walfeed::server {
 namespace {
+
+namespace reason = replication::reason;
 
 // Stream and consumer names: 1-63 of A-Z a-z 0-9 _ . -
 absl::Status ValidateName(absl::string_view field, absl::string_view name) {
@@ -23,9 +26,9 @@ absl::Status ValidateName(absl::string_view field, absl::string_view name) {
                            c == '.' || c == '-';
                   });
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", absl::CHexEscape(name.substr(0, 80)),
+  return reason::WithReason(absl::InvalidArgumentError(absl::StrCat(field, ": \"", absl::CHexEscape(name.substr(0, 80)),
                                                  "\" is not a valid ", field,
-                                                 " name: use 1-63 characters of A-Z a-z 0-9 _ . -"));
+                                                 " name: use 1-63 characters of A-Z a-z 0-9 _ . -")), reason::kInvalidRequest, {{"field", std::string(field)}});
 }
 
 absl::Status ValidateConsumerName(absl::string_view consumer) {
@@ -36,17 +39,17 @@ absl::Status ValidateConsumerName(absl::string_view consumer) {
 // far longer is a client bug, not a superseded session.
 absl::Status ValidateSessionId(absl::string_view session_id) {
   if (!session_id.empty() && session_id.size() <= 64) return absl::OkStatus();
-  return absl::InvalidArgumentError(
+  return reason::WithReason(absl::InvalidArgumentError(
       session_id.empty()
           ? "session_id: empty; send the session_id of the Subscribe call's `started` frame"
           : "session_id: longer than any session id; send the session_id of the Subscribe "
-            "call's `started` frame");
+            "call's `started` frame"), reason::kInvalidRequest, {{"field", "session_id"}});
 }
 
 absl::StatusOr<replication::EventId> ParseId(absl::string_view field, absl::string_view text) {
   absl::StatusOr<replication::EventId> id = replication::EventId::Parse(text);
   if (!id.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", id.status().message()));
+    return reason::WithReason(absl::InvalidArgumentError(absl::StrCat(field, ": ", id.status().message())), reason::kInvalidRequest, {{"field", std::string(field)}});
   }
   return id;
 }
@@ -143,11 +146,6 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
 }  // namespace
 
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
 ChangeStreamService::ChangeStreamService(std::map<std::string, StreamRuntime*> streams,
                                          const TokenAuthorizer* authorizer, WorkerPool* pool,
                                          SessionLimits defaults)
@@ -170,9 +168,9 @@ absl::StatusOr<StreamRuntime*> ChangeStreamService::Find(absl::string_view strea
   if (it != streams_.end()) return it->second;
   std::string known;
   for (const auto& [name, runtime] : streams_) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-  return absl::NotFoundError(absl::StrCat("stream: no stream named \"", stream.substr(0, 80),
+  return reason::WithReason(absl::NotFoundError(absl::StrCat("stream: no stream named \"", stream.substr(0, 80),
                                           "\" is configured on this server (streams: ", known,
-                                          ")"));
+                                          ")")), reason::kStreamNotFound, {{"stream", std::string(stream.substr(0, 80))}});
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ChangeStreamService::Subscribe(
@@ -181,8 +179,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ChangeStreamService::Subscribe(
   if (grpc::ByteBuffer copy(*raw_request);  // Shares the slices; Deserialize consumes it.
       !grpc::SerializationTraits<walfeed::v1::SubscribeRequest>::Deserialize(&copy, &parsed)
            .ok()) {
-    return new FailedSubscribe(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                            "the request is not a walfeed.v1.SubscribeRequest"));
+    return new FailedSubscribe(ToGrpc(reason::WithReason(
+        absl::InvalidArgumentError("the request is not a walfeed.v1.SubscribeRequest"),
+        reason::kInvalidRequest)));
   }
   const walfeed::v1::SubscribeRequest* request = &parsed;
   absl::Status status = Authorize(context, Right::kSubscribe, request->stream());
@@ -273,8 +272,8 @@ grpc::ServerUnaryReactor* ChangeStreamService::ResetConsumer(
   if (status.ok()) status = ValidateConsumerName(request->consumer());
   std::optional<replication::EventId> to;
   if (status.ok() && request->to().empty() == !request->to_head()) {
-    status = absl::InvalidArgumentError(
-        "give exactly one of `to` (an event id) and `to_head` (the newest event held)");
+    status = reason::WithReason(absl::InvalidArgumentError(
+        "give exactly one of `to` (an event id) and `to_head` (the newest event held)"), reason::kInvalidRequest, {{"field", "to"}});
   }
   if (status.ok() && !request->to().empty()) {
     absl::StatusOr<replication::EventId> id = ParseId("to", request->to());

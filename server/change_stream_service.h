@@ -3,8 +3,8 @@
 // Reactor methods never block: Subscribe reactors read frames from their
 // StreamRuntime under short locks and keep one write in flight; Ack, GetStatus,
 // RemoveConsumer and ResetConsumer, which wait on a durable write or on
-// PostgreSQL, run on a WorkerPool and finish the call from there. Statuses from the runtime (absl) map one to one onto gRPC
-// codes.
+// PostgreSQL, run on a WorkerPool and finish the call from there. Statuses from
+// the runtime (absl) become gRPC statuses with their reason (error_details.h).
 //
 // Subscribe is registered raw (request and responses as bytes): the runtime holds
 // events serialized and composes each events frame from those bytes
@@ -18,15 +18,13 @@
 #include <string>
 
 #include "server/auth.h"
+#include "server/error_details.h"
 #include "server/session_limits.h"
 #include "server/stream_runtime.h"
 #include "server/worker_pool.h"
 #include "walfeed/v1/change_stream.grpc.pb.h"
 
 namespace walfeed::server {
-
-// Maps an absl::Status onto the gRPC status with the same code and message.
-grpc::Status ToGrpc(const absl::Status& status);
 
 using ChangeStreamBase = walfeed::v1::ChangeStream::WithRawCallbackMethod_Subscribe<
     walfeed::v1::ChangeStream::WithCallbackMethod_Ack<

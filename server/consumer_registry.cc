@@ -4,8 +4,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "replication/error_reason.h"
 
 namespace walfeed::server {
+
+namespace reason = replication::reason;
 
 ConsumerRegistry::ConsumerRegistry(Options options) : options_(std::move(options)) {}
 
@@ -86,8 +89,9 @@ SessionList ConsumerRegistry::Unload(const absl::Status& why) {
 
 SessionList ConsumerRegistry::Fail(const absl::Status& why) {
   absl::MutexLock lock(&mu_);
-  failed_ = why;
-  return EndAllLocked(why);
+  // Failures PostgreSQL's side classified (the slot's) keep their reason.
+  failed_ = reason::ReasonOf(why).empty() ? reason::WithReason(why, reason::kStreamFailed) : why;
+  return EndAllLocked(*failed_);
 }
 
 absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer,
@@ -95,13 +99,13 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
                                                      SessionOptions options) {
   absl::MutexLock lock(&mu_);
   if (failed_) return *failed_;
-  if (stopping_) return absl::UnavailableError("walfeed-server is stopping");
+  if (stopping_) return reason::WithReason(absl::UnavailableError("walfeed-server is stopping"), reason::kServerStopping);
   if (!loaded_) return options_.not_ready();
   if (options.ephemeral) {
     if (start_after && *start_after < floor_) {
-      return absl::OutOfRangeError(absl::StrCat(
+      return reason::WithReason(absl::OutOfRangeError(absl::StrCat(
           "start_after ", start_after->ToString(), " is below what stream \"", options_.stream,
-          "\" still holds (events after ", floor_.ToString(), ")"));
+          "\" still holds (events after ", floor_.ToString(), ")")), reason::kStartNotHeld, {{"stream", options_.stream}});
     }
     const EventId start = start_after ? *start_after : buffer_.newest();
     OpenedSession opened;
@@ -115,21 +119,21 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   if (start_after) {
     const EventId checkpoint = known == consumers_.end() ? EventId{} : known->second.checkpoint;
     if (*start_after < checkpoint) {  // Never for a new consumer.
-      return absl::OutOfRangeError(absl::StrCat(
+      return reason::WithReason(absl::OutOfRangeError(absl::StrCat(
           "start_after ", start_after->ToString(), " is below consumer \"", consumer,
           "\"'s checkpoint ", checkpoint.ToString(),
           ": events up to the checkpoint were acked and may no longer be available; start "
-          "after the checkpoint (leave start_after empty) or after a later id"));
+          "after the checkpoint (leave start_after empty) or after a later id")), reason::kStartBelowCheckpoint, {{"stream", options_.stream}, {"consumer", consumer}});
     }
     if (*start_after < floor_) {
       // Starting at the trim point instead would silently skip the events between.
       const EventId trimmed = floor_;
-      return absl::OutOfRangeError(absl::StrCat(
+      return reason::WithReason(absl::OutOfRangeError(absl::StrCat(
           "start_after ", start_after->ToString(), " is below what stream \"", options_.stream,
           "\" still holds: every event up to ", trimmed.ToString(),
           " was acked by all its consumers and is no longer available to consumer \"",
           consumer, "\"; start after ", trimmed.ToString(),
-          " or a later id, or leave start_after empty"));
+          " or a later id, or leave start_after empty")), reason::kStartNotHeld, {{"stream", options_.stream}, {"consumer", consumer}});
     }
   }
   auto [it, inserted] = consumers_.try_emplace(consumer);
@@ -153,9 +157,9 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   if (state.active) {
     opened.superseded = EndLocked(
         state.active,
-        absl::AbortedError(absl::StrCat("session ", state.active->id(), " of consumer \"",
+        reason::WithReason(absl::AbortedError(absl::StrCat("session ", state.active->id(), " of consumer \"",
                                         consumer, "\" was superseded by a newer Subscribe (",
-                                        opened.session->id(), ")")));
+                                        opened.session->id(), ")")), reason::kSessionSuperseded, {{"stream", options_.stream}, {"consumer", consumer}}));
   }
   state.active = opened.session;
   opened.checkpoint = state.checkpoint;
@@ -205,12 +209,12 @@ absl::Status ConsumerRegistry::BusyLocked(const std::string& consumer) const {
   // Not UNAVAILABLE: a client retrying would come back as a new consumer once a
   // removal is done and silently skip what it never acked.
   if (it->second.removing) {
-    return absl::AbortedError(
-        absl::StrCat("consumer \"", consumer, "\" is being removed (RemoveConsumer)"));
+    return reason::WithReason(absl::AbortedError(
+        absl::StrCat("consumer \"", consumer, "\" is being removed (RemoveConsumer)")), reason::kConsumerRemoved, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   if (it->second.resetting) {
-    return absl::AbortedError(absl::StrCat("consumer \"", consumer,
-                                           "\" is being reset (ResetConsumer); resubscribe"));
+    return reason::WithReason(absl::AbortedError(absl::StrCat("consumer \"", consumer,
+                                           "\" is being reset (ResetConsumer); resubscribe")), reason::kConsumerBusy, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   if (it->second.detaching || it->second.detached) return DetachedError(consumer, it->second);
   return absl::OkStatus();
@@ -229,13 +233,13 @@ bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::st
     // Durable consumers acked past events it had not received: they are gone.
     const EventId passed = entry.framer.cursor();
     const EventId trimmed = floor_;
-    entry.end = absl::OutOfRangeError(absl::StrCat(
+    entry.end = reason::WithReason(absl::OutOfRangeError(absl::StrCat(
         "ephemeral session ", session.id(), " fell behind: it had passed ",
         passed == EventId{} ? "nothing" : passed.ToString(),
         " and the server no longer holds the events up to ", trimmed.ToString(), " (",
         trimmed.commit_lsn.value() - std::min(trimmed.commit_lsn, passed.commit_lsn).value(),
         " bytes of WAL later); subscribe again to continue from the newest events, or use a "
-        "durable consumer to receive everything"));
+        "durable consumer to receive everything")), reason::kEphemeralFellBehind, {{"stream", options_.stream}});
   }
   if (entry.end && entry.framer.started()) {
     *end = entry.end;
@@ -289,23 +293,23 @@ absl::StatusOr<ConsumerRegistry::AckTicket> ConsumerRegistry::BeginAck(
   if (it == consumers_.end() || !it->second.active || it->second.active->id() != session_id) {
     for (const auto& [key, entry] : sessions_) {
       if (entry.session->id() == session_id && entry.session->options().ephemeral) {
-        return absl::FailedPreconditionError(absl::StrCat(
+        return reason::WithReason(absl::FailedPreconditionError(absl::StrCat(
             "session ", session_id,
-            " is ephemeral: ephemeral subscriptions keep no checkpoint and are not acked"));
+            " is ephemeral: ephemeral subscriptions keep no checkpoint and are not acked")), reason::kEphemeralNotAcked, {{"stream", options_.stream}});
       }
     }
   }
   if (it == consumers_.end()) {
-    return absl::NotFoundError(absl::StrCat("stream \"", options_.stream,
+    return reason::WithReason(absl::NotFoundError(absl::StrCat("stream \"", options_.stream,
                                             "\" has no consumer \"", consumer,
-                                            "\" (it never subscribed, or was removed)"));
+                                            "\" (it never subscribed, or was removed)")), reason::kConsumerNotFound, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   Consumer& state = it->second;
   if (!state.active || state.active->id() != session_id) {
-    return absl::AbortedError(absl::StrCat(
+    return reason::WithReason(absl::AbortedError(absl::StrCat(
         "session \"", session_id, "\" is not the active session of consumer \"", consumer, "\"",
         state.active ? absl::StrCat(" (superseded by ", state.active->id(), ")") : " (it ended)",
-        ": acks must come from the newest Subscribe, which resumes after the checkpoint"));
+        ": acks must come from the newest Subscribe, which resumes after the checkpoint")), reason::kSessionNotActive, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   // At or below what it already acked (or, before its first ack, where its
   // session started): nothing to store. The window still shrinks: a session that
@@ -316,9 +320,9 @@ absl::StatusOr<ConsumerRegistry::AckTicket> ConsumerRegistry::BeginAck(
   }
   const EventId passed = sessions_.at(state.active.get()).framer.cursor();
   if (passed < id) {
-    return absl::OutOfRangeError(absl::StrCat(
+    return reason::WithReason(absl::OutOfRangeError(absl::StrCat(
         "event ", id.ToString(), " was not delivered to consumer \"", consumer,
-        "\" in this session (last passed: ", passed == EventId{} ? "" : passed.ToString(), ")"));
+        "\" in this session (last passed: ", passed == EventId{} ? "" : passed.ToString(), ")")), reason::kAckNotDelivered, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   ++state.acks_in_flight;
   return AckTicket{/*noop=*/false, state.checkpoint};

@@ -10,9 +10,12 @@
 #include "absl/random/random.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "replication/error_reason.h"
 #include "server/stream_log.h"
 
 namespace walfeed::server {
+
+namespace reason = replication::reason;
 namespace {
 
 std::string IdOrNone(EventId id) { return id == EventId{} ? "none" : id.ToString(); }
@@ -65,7 +68,7 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
               [this](const absl::Status& why) { WakeAll(registry_.Fail(why)); },
               std::move(on_state)}) {}
 
-StreamRuntime::~StreamRuntime() { Stop(absl::UnavailableError("walfeed-server is stopping")); }
+StreamRuntime::~StreamRuntime() { Stop(reason::WithReason(absl::UnavailableError("walfeed-server is stopping"), reason::kServerStopping)); }
 
 void StreamRuntime::Start() {
   retention_ = std::make_unique<RetentionWorker>(
@@ -131,9 +134,9 @@ void StreamRuntime::RestartFromSlot(const absl::Status& why) {
                         "the slot (nothing is lost: the slot holds everything after the lowest "
                         "checkpoint)",
                         name(), why.ToString());
-  WakeAll(registry_.Unload(absl::UnavailableError(
+  WakeAll(registry_.Unload(reason::WithReason(absl::UnavailableError(
       absl::StrCat("stream \"", name(), "\" is being re-read from its slot (", why.message(),
-                   "); subscribe again"))));
+                   "); subscribe again")), reason::kStreamRestarting, {{"stream", name()}})));
   if (spill_) spill_->Clear();
   supervisor_.Restart(why);
 }
@@ -202,8 +205,8 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
   if (!delivered.ok()) return delivered;
   absl::Status durable = source_->committer()->AckDurably(name(), consumer, id);
   if (!durable.ok()) {
-    return absl::UnavailableError(absl::StrCat("could not store the ack durably: ",
-                                               durable.message(), "; retry the Ack"));
+    return reason::WithReason(absl::UnavailableError(absl::StrCat("could not store the ack durably: ",
+                                               durable.message(), "; retry the Ack")), reason::kCheckpointWriteFailed, {{"stream", name()}});
   }
   if (absl::Status tracked = tracker->Ack(consumer, id); !tracked.ok()) {
     StreamLogger()->warn("stream {}: consumer {}: ack {} stored but not tracked: {}", name(), consumer,
@@ -228,9 +231,9 @@ absl::StatusOr<EventId> StreamRuntime::RemoveConsumer(const std::string& consume
   if (!removed.ok()) {
     registry_.AbandonRemove(consumer);
     source_->Wake();
-    return absl::UnavailableError(absl::StrCat("could not store the removal of consumer \"",
+    return reason::WithReason(absl::UnavailableError(absl::StrCat("could not store the removal of consumer \"",
                                                consumer, "\": ", removed.message(),
-                                               "; it is kept, retry"));
+                                               "; it is kept, retry")), reason::kCheckpointWriteFailed, {{"stream", name()}});
   }
   SessionList wake;
   registry_.FinishRemove(consumer, &wake);
@@ -259,9 +262,9 @@ absl::StatusOr<StreamRuntime::ResetOutcome> StreamRuntime::ResetConsumer(
     if (!durable.ok()) {
       registry_.AbandonReset(consumer);
       source_->Wake();
-      return absl::UnavailableError(absl::StrCat("could not store the reset of consumer \"",
+      return reason::WithReason(absl::UnavailableError(absl::StrCat("could not store the reset of consumer \"",
                                                  consumer, "\": ", durable.message(),
-                                                 "; its checkpoint is unchanged, retry"));
+                                                 "; its checkpoint is unchanged, retry")), reason::kCheckpointWriteFailed, {{"stream", name()}});
     }
     // A re-attached consumer was added to the tracker at the target already.
     absl::Status tracked =

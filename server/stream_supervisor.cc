@@ -4,10 +4,13 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "replication/error_reason.h"
 #include "replication/retry.h"
 #include "server/stream_log.h"
 
 namespace walfeed::server {
+
+namespace reason = replication::reason;
 
 StreamSupervisor::StreamSupervisor(Options options, replication::StreamSource* source,
                                    replication::StreamSink* sink, Hooks hooks)
@@ -50,10 +53,10 @@ StreamSupervisor::State StreamSupervisor::state() const {
 
 absl::Status StreamSupervisor::NotReady() const {
   absl::MutexLock lock(&mu_);
-  return absl::UnavailableError(absl::StrCat("stream \"", options_.stream,
+  return reason::WithReason(absl::UnavailableError(absl::StrCat("stream \"", options_.stream,
                                              "\" is still connecting to PostgreSQL",
                                              state_.error.empty() ? "" : ": ", state_.error,
-                                             "; retry shortly"));
+                                             "; retry shortly")), reason::kStreamNotReady, {{"stream", options_.stream}});
 }
 
 void StreamSupervisor::Fail(const absl::Status& status) {

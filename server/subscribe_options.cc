@@ -4,17 +4,20 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "replication/error_reason.h"
 
 namespace walfeed::server {
 namespace {
+
+namespace reason = replication::reason;
 
 // 0 leaves `*out` at the server's default; otherwise `value` must be in [1, max].
 template <typename T>
 absl::Status Knob(const char* field, uint64_t value, uint64_t max, T* out) {
   if (value == 0) return absl::OkStatus();
   if (value > max) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", value, " is out of range: use 1 to ",
-                                                   max, ", or 0 for the server's default"));
+    return reason::WithReason(absl::InvalidArgumentError(absl::StrCat(field, ": ", value, " is out of range: use 1 to ",
+                                                   max, ", or 0 for the server's default")), reason::kInvalidRequest, {{"field", field}});
   }
   *out = static_cast<T>(value);
   return absl::OkStatus();
@@ -26,7 +29,9 @@ absl::StatusOr<SessionOptions> SessionOptionsFor(const walfeed::v1::SubscribeReq
                                                  const SessionLimits& defaults) {
   SessionOptions options;
   absl::StatusOr<EventFilter> filter = EventFilter::Create(request.tables(), request.operations());
-  if (!filter.ok()) return filter.status();
+  if (!filter.ok()) {
+    return reason::WithReason(filter.status(), reason::kInvalidRequest, {{"field", "tables"}});
+  }
   options.filter = std::move(*filter);
   SessionLimits& limits = options.limits;
   limits = defaults;
@@ -44,10 +49,10 @@ absl::StatusOr<SessionOptions> SessionOptionsFor(const walfeed::v1::SubscribeReq
   if (const uint32_t ms = request.progress_interval_ms(); ms != 0) {
     const absl::Duration interval = absl::Milliseconds(ms);
     if (interval < kProgressIntervalMin || interval > kProgressIntervalMax) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return reason::WithReason(absl::InvalidArgumentError(absl::StrCat(
           "progress_interval_ms: ", ms, " is out of range: use ",
           absl::ToInt64Milliseconds(kProgressIntervalMin), " to ",
-          absl::ToInt64Milliseconds(kProgressIntervalMax), ", or 0 for the server's default"));
+          absl::ToInt64Milliseconds(kProgressIntervalMax), ", or 0 for the server's default")), reason::kInvalidRequest, {{"field", "progress_interval_ms"}});
     }
     limits.progress_interval = interval;
   }
@@ -60,9 +65,9 @@ absl::StatusOr<SessionOptions> SessionOptionsFor(const walfeed::v1::SubscribeReq
       options.start_latest = true;
       break;
     default:
-      return absl::InvalidArgumentError(
+      return reason::WithReason(absl::InvalidArgumentError(
           absl::StrCat("start: ", request.start(),
-                       " is not a StartPosition (START_POSITION_EARLIEST or _LATEST)"));
+                       " is not a StartPosition (START_POSITION_EARLIEST or _LATEST)")), reason::kInvalidRequest, {{"field", "start"}});
   }
   return options;
 }

@@ -4,11 +4,14 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "replication/error_reason.h"
 #include "grpc/health/v1/health.pb.h"
 #include "server/spill/spill_log.h"
 #include "spdlog/spdlog.h"
 
 namespace walfeed::server {
+
+namespace reason = replication::reason;
 
 constexpr char kServiceName[] = "walfeed.v1.ChangeStream";
 
@@ -178,8 +181,8 @@ void WalfeedServer::Shutdown() {
   if (ticker_.joinable()) ticker_.join();
   health_->Shutdown();
   for (const auto& runtime : runtimes_) {
-    runtime->Stop(absl::UnavailableError(
-        "walfeed-server is shutting down; resubscribe (your checkpoint is kept)"));
+    runtime->Stop(reason::WithReason(absl::UnavailableError(
+        "walfeed-server is shutting down; resubscribe (your checkpoint is kept)"), reason::kServerStopping));
   }
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +

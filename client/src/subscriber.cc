@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "walfeed/error_details.h"
 #include "walfeed/v1/change_stream.grpc.pb.h"
 
 namespace walfeed {
@@ -66,11 +67,6 @@ using walfeed::v1::AckResponse;
 using walfeed::v1::ChangeStream;
 using walfeed::v1::SubscribeRequest;
 using walfeed::v1::SubscribeResponse;
-
-absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
-}
 
 // The PEM text itself, or the file's contents; "" when neither is set.
 absl::StatusOr<std::string> Pem(const std::string& pem, const std::string& file,
@@ -411,9 +407,9 @@ SessionEnd Session::Run(const std::string& start_after) {
     end.status = absl::UnavailableError(absl::StrCat("Subscribe ", What(),
                                                      ": the server ended the stream without an error"));
   } else {
-    end.status = FromGrpc(final_status, absl::StrCat("Subscribe ", What()));
-    end.kind = IsRetryable(end.status.code()) ? SessionEnd::Kind::kTransient
-                                              : SessionEnd::Kind::kDefinite;
+    end.status = StatusFromGrpc(final_status, absl::StrCat("Subscribe ", What()));
+    end.kind = IsRetryable(end.status) ? SessionEnd::Kind::kTransient
+                                       : SessionEnd::Kind::kDefinite;
   }
   return end;
 }
@@ -583,7 +579,7 @@ bool Session::SendAck(const EventId& id) {
     return true;
   }
   const absl::Status failed =
-      FromGrpc(status, absl::StrCat("Ack ", id.ToString(), " for ", What()));
+      StatusFromGrpc(status, absl::StrCat("Ack ", id.ToString(), " for ", What()));
   if (failed.code() == absl::StatusCode::kAborted) {
     // Superseded, or the session ended (server shutting down): the stream's own
     // end tells which, so keep reading it for a while.
@@ -592,8 +588,8 @@ bool Session::SendAck(const EventId& id) {
     drain_deadline_ = absl::Now() + options_.ack_timeout;
     return true;
   }
-  end_ = SessionEnd{IsRetryable(failed.code()) ? SessionEnd::Kind::kTransient
-                                               : SessionEnd::Kind::kDefinite,
+  end_ = SessionEnd{IsRetryable(failed) ? SessionEnd::Kind::kTransient
+                                        : SessionEnd::Kind::kDefinite,
                     failed};
   return false;
 }
@@ -641,6 +637,10 @@ bool IsRetryable(absl::StatusCode code) {
     default:
       return false;
   }
+}
+
+bool IsRetryable(const absl::Status& status) {
+  return RetryDelay(status).has_value() || IsRetryable(status.code());
 }
 
 Subscriber::Subscriber(SubscriberOptions options)
@@ -722,7 +722,9 @@ absl::Status Subscriber::Run(const Handler& handler) {
         break;
     }
     if (end.started) attempt = 0;
-    const absl::Duration delay = BackoffDelay(options_.backoff, attempt, random);
+    // Never sooner than the server asked (it may ask for no wait: a reset).
+    const absl::Duration delay = std::max(BackoffDelay(options_.backoff, attempt, random),
+                                          RetryDelay(end.status).value_or(absl::ZeroDuration()));
     attempt = std::min(attempt + 1, 30);
     if (options_.on_retry) options_.on_retry(end.status, delay);
     absl::MutexLock lock(&core_->mu);

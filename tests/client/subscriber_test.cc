@@ -22,6 +22,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/wait.h"
@@ -354,6 +356,52 @@ TEST_F(SubscriberTest, TransientStatusesAreRetriedThenADefiniteOneEnds) {
   EXPECT_EQ(retries[1].code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(retries[1].message()), HasSubstr("without an error"));
   EXPECT_EQ(retries[2].code(), absl::StatusCode::kResourceExhausted);
+}
+
+// A status as the server sends it: code, message and google.rpc details.
+grpc::Status WithDetails(grpc::StatusCode code, const std::string& message,
+                         const std::string& reason, std::optional<int> retry_ms) {
+  google::rpc::Status details;
+  details.set_code(static_cast<int>(code));
+  details.set_message(message);
+  google::rpc::ErrorInfo info;
+  info.set_reason(reason);
+  info.set_domain("walfeed.v1");
+  details.add_details()->PackFrom(info);
+  if (retry_ms) {
+    google::rpc::RetryInfo retry;
+    retry.mutable_retry_delay()->set_nanos(*retry_ms * 1000000);
+    details.add_details()->PackFrom(retry);
+  }
+  return grpc::Status(code, message, details.SerializeAsString());
+}
+
+// ABORTED is definite by its code, but a reset consumer is told to resubscribe
+// (RetryInfo): Run goes on, and the reason reaches the caller either way.
+TEST_F(SubscriberTest, AnAbortedTheServerMarksRetryableIsRetriedNotTheOthers) {
+  service_.Script([](int call, grpc::ServerContext*, grpc::ServerWriter<SubscribeResponse>* w) {
+    w->Write(Started(absl::StrCat("s", call)));
+    if (call == 1) {
+      return WithDetails(grpc::StatusCode::ABORTED, "consumer c was reset", "CONSUMER_RESET", 30);
+    }
+    return WithDetails(grpc::StatusCode::ABORTED, "superseded", "SESSION_SUPERSEDED",
+                       std::nullopt);
+  });
+  SubscriberOptions options = Options();
+  Observed observed;
+  observed.Watch(&options);
+  Subscriber subscriber(options);
+  const absl::Status result = subscriber.Run(observed.Handler());
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kAborted, HasSubstr("superseded")));
+  EXPECT_EQ(ErrorReason(result), "SESSION_SUPERSEDED");
+  EXPECT_EQ(RetryDelay(result), std::nullopt);
+  const std::vector<absl::Status> retries = observed.Retries();
+  ASSERT_EQ(retries.size(), 1u);
+  EXPECT_EQ(ErrorReason(retries[0]), "CONSUMER_RESET");
+  EXPECT_EQ(RetryDelay(retries[0]), absl::Milliseconds(30));
+  absl::MutexLock lock(&observed.mu);
+  ASSERT_EQ(observed.delays.size(), 1u);
+  EXPECT_GE(observed.delays[0], absl::Milliseconds(30)) << "never sooner than the server asked";
 }
 
 TEST_F(SubscriberTest, StartAfterHoldsUntilTheCheckpointPassesIt) {

@@ -160,8 +160,10 @@ TEST_F(ConsumersE2eTest, ResetMovesACheckpointForwardDurablyAndEndsTheSession) {
 
   EXPECT_THAT(Reset("poisoned", "", false), GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("exactly one")));
   EXPECT_THAT(Reset("nobody", "", true), GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("nobody")));
+  EXPECT_THAT(Reset("nobody", "", true), HasReason("CONSUMER_NOT_FOUND", false));
   EXPECT_THAT(Reset("poisoned", "0/1:0", false),
               GrpcIs(grpc::StatusCode::FAILED_PRECONDITION, HasSubstr("only move forward")));
+  EXPECT_THAT(Reset("poisoned", "0/1:0", false), HasReason("RESET_TARGET_INVALID", false));
   EXPECT_THAT(Reset("poisoned", "FF/0:0", false),
               GrpcIs(grpc::StatusCode::OUT_OF_RANGE, HasSubstr("newest event")));
   ASSERT_TRUE(poisoned->status() == std::nullopt) << "refused resets leave the session alone";
@@ -173,6 +175,7 @@ TEST_F(ConsumersE2eTest, ResetMovesACheckpointForwardDurablyAndEndsTheSession) {
   EXPECT_EQ(response.checkpoint(), seen[1].id());
   ASSERT_TRUE(poisoned->WaitForEnd());
   EXPECT_THAT(*poisoned->status(), GrpcIs(grpc::StatusCode::ABORTED, HasSubstr("reset")));
+  EXPECT_THAT(*poisoned->status(), HasReason("CONSUMER_RESET", true)) << "resubscribe at once";
   EXPECT_EQ(Sql("SELECT commit_lsn || ':' || event_index FROM walfeed.consumer_checkpoints "
                 "WHERE consumer = 'poisoned'"),
             seen[1].id())

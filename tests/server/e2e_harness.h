@@ -45,6 +45,8 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.pb.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
 #include "replication/event_id.h"
 #include "replication/lsn.h"
@@ -102,6 +104,29 @@ MATCHER_P2(GrpcIs, code, message_matcher,
   *result_listener << "status is " << static_cast<int>(arg.error_code()) << ": "
                    << arg.error_message();
   return arg.error_code() == code && ::testing::Matches(message_matcher)(arg.error_message());
+}
+
+// The status carries google.rpc.ErrorInfo{domain "walfeed.v1", reason} in its
+// details, and a RetryInfo exactly when `retryable`.
+MATCHER_P2(HasReason, reason, retryable,
+           std::string("has reason ") + reason + (retryable ? ", retryable" : ", definite")) {
+  google::rpc::Status details;
+  if (!details.ParseFromString(arg.error_details())) {
+    *result_listener << "error_details do not parse as google.rpc.Status";
+    return false;
+  }
+  std::string found;
+  bool has_retry = false;
+  for (const google::protobuf::Any& any : details.details()) {
+    google::rpc::ErrorInfo info;
+    if (any.UnpackTo(&info) && info.domain() == "walfeed.v1") found = info.reason();
+    has_retry = has_retry || any.Is<google::rpc::RetryInfo>();
+  }
+  *result_listener << "reason \"" << found << "\"" << (has_retry ? " with" : " without")
+                   << " RetryInfo; code " << details.code() << " (call "
+                   << static_cast<int>(arg.error_code()) << ")";
+  return found == reason && has_retry == retryable &&
+         details.code() == static_cast<int>(arg.error_code());
 }
 
 MATCHER(GrpcOk, "is OK") {

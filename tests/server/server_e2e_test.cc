@@ -253,6 +253,7 @@ TEST_F(ServerE2eTest, NewerSubscribeSupersedesAndFencesTheOlderSession) {
               GrpcIs(grpc::StatusCode::ABORTED,
                      AllOf(HasSubstr("superseded"), HasSubstr(first->session_id()),
                            HasSubstr(second->session_id()))));
+  EXPECT_THAT(*first->status(), HasReason("SESSION_SUPERSEDED", false));
   EXPECT_NE(first->session_id(), second->session_id());
 
   // Nothing was acked: the new session gets the event again.
@@ -270,8 +271,11 @@ TEST_F(ServerE2eTest, NewerSubscribeSupersedesAndFencesTheOlderSession) {
               GrpcIs(grpc::StatusCode::ABORTED, HasSubstr("superseded")));
   EXPECT_THAT(Ack("c", "not-a-session", id),
               GrpcIs(grpc::StatusCode::ABORTED, HasSubstr("not the active")));
+  EXPECT_THAT(Ack("c", "not-a-session", id), HasReason("SESSION_NOT_ACTIVE", false));
   // An empty session id is the client's mistake, not a superseded session.
   EXPECT_THAT(Ack("c", "", id), GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("session_id")));
+  EXPECT_THAT(Ack("c", "", id), HasReason("INVALID_REQUEST", false));
+  EXPECT_THAT(Ack("c", first->session_id(), "0/0:99999999999"), HasReason("INVALID_REQUEST", false));
 }
 
 // ---------------------------------------------------------------------------
@@ -294,8 +298,10 @@ TEST_F(ServerE2eTest, AckAndSubscribeErrorsAreExact) {
   EXPECT_THAT(
       Ack("c", session, e[0].id(), nullptr, "nope"),
       GrpcIs(grpc::StatusCode::NOT_FOUND, AllOf(HasSubstr("\"nope\""), HasSubstr(kStream))));
+  EXPECT_THAT(Ack("c", session, e[0].id(), nullptr, "nope"), HasReason("STREAM_NOT_FOUND", false));
   EXPECT_THAT(Ack("ghost", session, e[0].id()),
               GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("no consumer \"ghost\"")));
+  EXPECT_THAT(Ack("ghost", session, e[0].id()), HasReason("CONSUMER_NOT_FOUND", false));
   EXPECT_THAT(Ack("c", "", e[0].id()),
               GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("session_id: empty")));
   EXPECT_THAT(Ack("c", session, e[0].id(), nullptr, ""),
@@ -793,6 +799,7 @@ TEST_F(ServerE2eTest, HealthFollowsTheStreamAndADroppedSlotIsDataLoss) {
       SubscribeError(Request("c")),
       GrpcIs(grpc::StatusCode::DATA_LOSS,
              AllOf(HasSubstr(kSlot), HasSubstr("no longer exists"), HasSubstr("DELETE FROM"))));
+  EXPECT_THAT(SubscribeError(Request("c")), HasReason("SLOT_LOST", false));
   GetStatusResponse status;
   ASSERT_THAT(Status(kStream, &status), GrpcOk());
   EXPECT_THAT(status.streams(0).error(), HasSubstr(kSlot));

@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "walfeed/error_details.h"
 #include "walfeed/event_id.h"
 #include "walfeed/v1/change_stream.pb.h"
 
@@ -227,10 +228,17 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const SubscriberOpt
 // UNKNOWN (broken connections surface as these). Everything else is definite:
 // DATA_LOSS, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED, INVALID_ARGUMENT,
 // OUT_OF_RANGE, FAILED_PRECONDITION, UNIMPLEMENTED, ALREADY_EXISTS and ABORTED.
-// ABORTED is definite for this process: it means a newer Subscribe of the same
-// consumer took over, and reconnecting would take the consumer back and fence
-// the other session in turn, the two processes ping-ponging forever.
+// ABORTED is definite for this process when it means a newer Subscribe of the
+// same consumer took over (reason SESSION_SUPERSEDED): reconnecting would take
+// the consumer back and fence the other session in turn, the two processes
+// ping-ponging forever. (An ABORTED the server marks retryable, a reset, is
+// retried: see the overload below.)
 bool IsRetryable(absl::StatusCode code);
+
+// What Subscriber decides by: retryable when the server attached a RetryInfo
+// (for example ABORTED with reason CONSUMER_RESET: the consumer was reset and
+// resumes after its new checkpoint), else by the code as above.
+bool IsRetryable(const absl::Status& status);
 
 class Subscriber {
  public:
