@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"math/rand"
 	"os"
 	"strings"
@@ -154,7 +155,9 @@ func main() {
 	reconnect := backoff.DefaultConfig
 	reconnect.MaxDelay = 5 * time.Second
 	conn, err := grpc.Dial(*server, grpc.WithInsecure(), grpc.WithConnectParams(
-		grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: 20 * time.Second}))
+		grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: 20 * time.Second}),
+		// No receive limit: gRPC's 4 MiB default would fail on a large row's event forever.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
 	if err != nil {
 		log.Fatalf("walfeed consumer: %v", err)
 	}

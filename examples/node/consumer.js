@@ -102,8 +102,9 @@ async function main() {
     if (!args[name]) throw new Error(`--${name} is required`);
   }
   // Reconnect at most 5 s after the server is back (gRPC's default grows to 120 s).
+  // No receive limit (-1): gRPC's 4 MiB default would fail on a large row's event forever.
   const client = new ChangeStream(args.server, grpc.credentials.createInsecure(),
-    { 'grpc.max_reconnect_backoff_ms': 5000 });
+    { 'grpc.max_reconnect_backoff_ms': 5000, 'grpc.max_receive_message_length': -1 });
   const fd = openOutput(args.out);
   let attempt = 0;
   for (;;) {

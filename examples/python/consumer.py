@@ -100,7 +100,9 @@ def main():
     args = parser.parse_args()
 
     # Reconnect at most 5 s after the server is back (gRPC's default grows to 120 s).
-    channel = grpc.insecure_channel(args.server, options=[("grpc.max_reconnect_backoff_ms", 5000)])
+    # No receive limit: gRPC's 4 MiB default would fail on a large row's event forever.
+    channel = grpc.insecure_channel(args.server, options=[("grpc.max_reconnect_backoff_ms", 5000),
+                                                          ("grpc.max_receive_message_length", -1)])
     stub = pb_grpc.ChangeStreamStub(channel)
     out = open_output(args.out)
     attempt = 0

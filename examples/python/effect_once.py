@@ -106,7 +106,10 @@ def main():
     dest.commit()
     wm = Watermark(dest, stream=args.stream, consumer=args.consumer)
 
-    channel = grpc.insecure_channel(args.server, options=[("grpc.max_reconnect_backoff_ms", 5000)])
+    # As in consumer.py: 5 s reconnect backoff cap, no receive limit (a row's event
+    # can exceed gRPC's 4 MiB default, which would fail on it forever).
+    channel = grpc.insecure_channel(args.server, options=[("grpc.max_reconnect_backoff_ms", 5000),
+                                                          ("grpc.max_receive_message_length", -1)])
     stub = pb_grpc.ChangeStreamStub(channel)
     attempt = 0
     def live():

@@ -16,7 +16,9 @@
 //     come twice, identical byte for byte, and nothing at or below it does; ids
 //     increase strictly within each run;
 //   - a status no retry can fix (NOT_FOUND, INVALID_ARGUMENT) ends it with exit
-//     code 1 and the server's message.
+//     code 1 and the server's message;
+//   - an event larger than gRPC's default 4 MiB receive limit (a 5 MB value)
+//     reaches the file as the reference's line, and the consumer acks past it.
 // And for Python's transactional watermark (examples/python/watermark.py, run by
 // effect_once.py): a consumer killed between its destination COMMIT and its ack
 // applies every event exactly once across the restart.
@@ -193,6 +195,9 @@ class ConsumerProcess {
     }
   }
 
+  // Whether the process has exited by now (reaped if so).
+  bool Exited() { return Reap(WNOHANG); }
+
   // Waits for the process to exit by itself: its exit code.
   absl::StatusOr<int> WaitForExit(absl::Duration timeout) {
     if (!WaitUntil([&] { return Reap(WNOHANG); }, timeout)) {
@@ -362,8 +367,11 @@ class ClientInteropTest : public ::testing::TestWithParam<std::string> {
         WalfeedServer::Start(*config, replication::pg::MakePgStreamSource);
     ASSERT_THAT(server, IsOk());
     server_ = std::move(*server);
-    stub_ = ChangeStream::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                                      grpc::InsecureChannelCredentials()));
+    // No receive limit, as in the consumers: some events are larger than 4 MiB.
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    stub_ = ChangeStream::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args));
   }
 
   // A graceful stop (subscriptions end with UNAVAILABLE), then a new server on
@@ -684,6 +692,58 @@ TEST_P(ClientInteropTest, StatusesNoRetryCanFixEndTheConsumer) {
     EXPECT_THAT(process->Log(), HasSubstr(c.message));
     EXPECT_THAT(process->Log(), Not(HasSubstr("retry in")));
   }
+}
+
+// Where two lines first differ, for a failure message that does not print
+// megabytes ("" when they are equal).
+std::string FirstDifference(const std::string& actual, const std::string& expected) {
+  if (actual == expected) return "";
+  size_t at = 0;
+  while (at < actual.size() && at < expected.size() && actual[at] == expected[at]) ++at;
+  return absl::StrCat("differs at byte ", at, " of ", actual.size(), " (expected ", expected.size(),
+                      " bytes): got \"", actual.substr(at, 40), "\", expected \"",
+                      expected.substr(at, 40), "\"");
+}
+
+// A row with a 5 MB value: its INSERT event is larger than gRPC's default 4 MiB
+// receive limit, which a consumer must lift. With the default it ends with
+// RESOURCE_EXHAUSTED ("Received message larger than max"), and every restart
+// meets the same event again. Here it writes the reference's line for it, goes
+// on with the events after it and acks past it.
+TEST_P(ClientInteropTest, ReceivesAnEventLargerThanFourMiB) {
+  const absl::Time begin = absl::Now();
+  StartServer(0);
+  ASSERT_TRUE(server_);
+  ASSERT_THAT(reference_.Start(stub_.get()), IsOk());
+  ConsumerProcess* consumer = StartConsumer(server_->port(), kStream, kConsumer, "consumer");
+  ASSERT_NE(consumer, nullptr);
+  // The large value: 156250 md5 hex digests, 5,000,000 bytes. Events before it,
+  // after it in its transaction and in a later transaction.
+  for (const char* sql :
+       {"INSERT INTO items VALUES (1, 'before', 1, 'small')",
+        "BEGIN; INSERT INTO items SELECT 2, 'large', 2, string_agg(md5(g::text), '') "
+        "FROM generate_series(1, 156250) g; INSERT INTO items VALUES (3, 'after', 3, NULL); COMMIT",
+        "INSERT INTO items VALUES (4, 'later', 4, 'small')"}) {
+    ASSERT_THAT(pg_->Exec(sql), IsOk()) << sql;
+  }
+  constexpr size_t kEvents = 4;
+  ASSERT_THAT(reference_.ReadUntil(kEvents), IsOk());
+  const std::vector<ChangeEvent>& events = reference_.events();
+  ASSERT_EQ(events.size(), kEvents);
+  ASSERT_GT(events[1].ByteSizeLong(), size_t{4} << 20) << "the event is not larger than 4 MiB";
+  const std::string last_id = events.back().id();
+
+  // Acked through the last event, or (without the lifted limit) gave up.
+  ASSERT_TRUE(WaitUntil([&] { return consumer->Exited() || Checkpoint() == last_id; }, kDeadline))
+      << consumer->Log();
+  ASSERT_FALSE(consumer->Exited()) << consumer->Log();
+  const std::vector<std::string> lines = CompleteLines(out_path());
+  ASSERT_EQ(lines.size(), kEvents) << consumer->Log();
+  for (size_t i = 0; i < kEvents; ++i) {
+    EXPECT_EQ(FirstDifference(lines[i], CanonicalLine(events[i])), "") << "line " << i;
+  }
+  std::cout << "[" << GetParam() << "] a " << events[1].ByteSizeLong()
+            << "-byte event delivered and acked in " << (absl::Now() - begin) << std::endl;
 }
 
 INSTANTIATE_TEST_SUITE_P(Languages, ClientInteropTest,
