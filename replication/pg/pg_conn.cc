@@ -1,8 +1,21 @@
 #include "replication/pg/pg_conn.h"
 
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "replication/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace walfeed::replication::pg {
@@ -11,6 +24,53 @@ namespace {
 std::string Field(const PGresult* result, int field) {
   const char* value = PQresultErrorField(result, field);
   return value == nullptr ? "" : value;
+}
+
+// The effective connect_timeout (libpq: at least 2 s; 0 or negative: none).
+absl::Duration ConnectTimeout(PGconn* conn) {
+  absl::Duration timeout = absl::InfiniteDuration();
+  PQconninfoOption* options = PQconninfo(conn);
+  for (PQconninfoOption* o = options; o != nullptr && o->keyword != nullptr; ++o) {
+    int seconds = 0;
+    if (std::string_view(o->keyword) == "connect_timeout" && o->val != nullptr &&
+        absl::SimpleAtoi(o->val, &seconds) && seconds > 0) {
+      timeout = absl::Seconds(std::max(seconds, 2));
+    }
+  }
+  PQconninfoFree(options);
+  return timeout;
+}
+
+// Drives a PQconnectStartParams connection to the end. libpq's blocking connect
+// would do the same, but then the error verbosity could not be set first. The
+// timeout bounds the whole attempt (libpq's bounds each host).
+absl::Status CompleteConnect(PGconn* conn) {
+  const absl::Time deadline = absl::Now() + ConnectTimeout(conn);
+  PostgresPollingStatusType polled = PGRES_POLLING_WRITING;
+  while (polled != PGRES_POLLING_OK) {
+    if (polled == PGRES_POLLING_FAILED || PQstatus(conn) == CONNECTION_BAD) {
+      return StatusFromConnection(conn, "connecting to PostgreSQL");
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::UnavailableError(absl::StrCat(
+          "connecting to PostgreSQL: no answer within connect_timeout (",
+          absl::FormatDuration(ConnectTimeout(conn)), ")"));
+    }
+    pollfd fd{PQsocket(conn),
+              static_cast<short>(polled == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
+    const int ms = left == absl::InfiniteDuration()
+                       ? -1
+                       : static_cast<int>(std::min<int64_t>(
+                             absl::ToInt64Milliseconds(left) + 1, 60000));
+    const int ready = ::poll(&fd, 1, ms);
+    if (ready < 0 && errno != EINTR) {
+      return absl::UnavailableError(
+          absl::StrCat("connecting to PostgreSQL: poll: ", std::strerror(errno)));
+    }
+    if (ready > 0) polled = PQconnectPoll(conn);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -54,19 +114,43 @@ absl::Status StatusFromResult(const PGresult* result, absl::string_view what) {
   return status;
 }
 
+absl::Status StatusFromConnectionMessage(absl::string_view error, absl::string_view what) {
+  // Connections run with verbose errors (see Connect), so a refusal by the
+  // server reads "<severity>:  <SQLSTATE>: <message>", whatever language the
+  // server's messages are in; with several hosts tried, each attempt adds a
+  // line, and the last attempt decides. libpq's own failures (refused, reset,
+  // timed out) carry no SQLSTATE and are transient.
+  std::string sqlstate;
+  std::string message;
+  for (absl::string_view line : absl::StrSplit(error, '\n')) {
+    line = absl::StripTrailingAsciiWhitespace(line);
+    if (line.empty() || absl::StartsWith(line, "LOCATION:")) continue;
+    // The code follows the first ":  " and is itself followed by ": ".
+    const size_t at = line.find(":  ");
+    if (at != absl::string_view::npos && line.size() >= at + 3 + 7 &&
+        line.substr(at + 3 + 5, 2) == ": " &&
+        std::all_of(line.begin() + at + 3, line.begin() + at + 3 + 5, [](char c) {
+          return absl::ascii_isdigit(static_cast<unsigned char>(c)) ||
+                 absl::ascii_isupper(static_cast<unsigned char>(c));
+        })) {
+      sqlstate = std::string(line.substr(at + 3, 5));
+      line = absl::StrCat(line.substr(0, at + 3), line.substr(at + 3 + 7));
+      message = std::string(line);
+      continue;
+    }
+    absl::StrAppend(&message, message.empty() ? "" : "; ", line);
+  }
+  if (message.empty()) message = "connection failed";
+  if (sqlstate.empty()) return absl::UnavailableError(absl::StrCat(what, ": ", message));
+  absl::Status status(CodeForSqlState(sqlstate),
+                      absl::StrCat(what, ": ", message, " (SQLSTATE ", sqlstate, ")"));
+  SetSqlState(status, sqlstate);
+  return status;
+}
+
 absl::Status StatusFromConnection(const PGconn* conn, absl::string_view what) {
-  std::string error = conn == nullptr ? "out of memory" : PQerrorMessage(conn);
-  while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
-  // libpq reports authentication failures only as text.
-  if (absl::StrContains(error, "password authentication failed") ||
-      absl::StrContains(error, "no password supplied") ||
-      absl::StrContains(error, "no pg_hba.conf entry")) {
-    return absl::PermissionDeniedError(absl::StrCat(what, ": ", error));
-  }
-  if (absl::StrContains(error, "does not exist")) {  // database or role
-    return absl::NotFoundError(absl::StrCat(what, ": ", error));
-  }
-  return absl::UnavailableError(absl::StrCat(what, ": ", error));
+  if (conn == nullptr) return absl::UnavailableError(absl::StrCat(what, ": out of memory"));
+  return StatusFromConnectionMessage(PQerrorMessage(conn), what);
 }
 
 namespace {
@@ -101,10 +185,12 @@ absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kin
   }
   keys.push_back(nullptr);
   values.push_back(nullptr);
-  PgConnPtr conn(PQconnectdbParams(keys.data(), values.data(), /*expand_dbname=*/1));
-  if (PQstatus(conn.get()) != CONNECTION_OK) {
-    return StatusFromConnection(conn.get(), "connecting to PostgreSQL");
-  }
+  PgConnPtr conn(PQconnectStartParams(keys.data(), values.data(), /*expand_dbname=*/1));
+  if (conn == nullptr) return absl::UnavailableError("connecting to PostgreSQL: out of memory");
+  // Verbose errors carry the SQLSTATE of a refusal (see StatusFromConnection):
+  // set before the first poll, so the startup's own errors are formatted so.
+  PQsetErrorVerbosity(conn.get(), PQERRORS_VERBOSE);
+  WALFEED_RETURN_IF_ERROR(CompleteConnect(conn.get()));
   // libpq prints server notices (e.g. "forwarding to X" when a start position is
   // below the slot's) on stderr; route them through the log instead.
   PQsetNoticeProcessor(conn.get(), &LogNotice, nullptr);

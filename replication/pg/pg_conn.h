@@ -56,6 +56,9 @@ absl::StatusOr<PgResultPtr> ExecSimple(PGconn* conn, absl::string_view sql);
 // The status for a failed result / broken connection; `what` says what was tried.
 absl::Status StatusFromResult(const PGresult* result, absl::string_view what);
 absl::Status StatusFromConnection(const PGconn* conn, absl::string_view what);
+// The same from the connection's error text: classified by the SQLSTATE in it
+// (connections report errors verbosely), never by wording; none: UNAVAILABLE.
+absl::Status StatusFromConnectionMessage(absl::string_view error, absl::string_view what);
 // The SQLSTATE of a server error returned by Exec/ExecSimple/StatusFromResult is
 // carried as a Status payload: SqlStateOf (replication/sql_text.h) reads it.
 // The canonical code for a SQLSTATE (exposed for tests).

@@ -2,9 +2,11 @@
 // replication connections.
 #include "replication/pg/pg_conn.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "replication/retry.h"
+#include "replication/sql_text.h"
 #include "tests/testing/pg_cluster.h"
 #include "tests/testing/status_matchers.h"
 
@@ -12,6 +14,7 @@ namespace walfeed::replication::pg {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::walfeed::testing::IsOk;
 using ::walfeed::testing::PgCluster;
 using ::walfeed::testing::StatusIs;
@@ -27,6 +30,47 @@ TEST(PgConnUnitTest, ClassifiesSqlStates) {
   EXPECT_EQ(CodeForSqlState(""), absl::StatusCode::kUnavailable);
   EXPECT_EQ(CodeForSqlState("42601"), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CodeForSqlState("53400"), absl::StatusCode::kResourceExhausted);
+}
+
+// Connection failures are classified by the SQLSTATE libpq's verbose message
+// carries, so a server speaking another language is classified the same.
+TEST(PgConnUnitTest, ConnectionFailuresAreClassifiedBySqlStateNotWording) {
+  const absl::Status english = StatusFromConnectionMessage(
+      "connection to server at \"db\" (10.0.0.5), port 5432 failed: FATAL:  28P01: password "
+      "authentication failed for user \"walfeed\"\nLOCATION:  auth_failed, auth.c:335\n",
+      "connecting to PostgreSQL");
+  EXPECT_THAT(english, StatusIs(absl::StatusCode::kPermissionDenied,
+                                HasSubstr("password authentication failed for user")));
+  EXPECT_THAT(english, StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("(SQLSTATE 28P01)")));
+  EXPECT_THAT(std::string(english.message()), Not(HasSubstr("LOCATION")));
+  EXPECT_EQ(SqlStateOf(english), "28P01");
+
+  // The same refusal from a server with lc_messages = 'de_DE': no English word.
+  EXPECT_THAT(StatusFromConnectionMessage(
+                  "Verbindung zum Server auf \"db\" fehlgeschlagen: SCHWERWIEGEND:  28P01: "
+                  "Passwort-Authentifizierung für Benutzer »walfeed« fehlgeschlagen\n",
+                  "connecting to PostgreSQL"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("SQLSTATE 28P01")));
+  EXPECT_THAT(StatusFromConnectionMessage("FATAL:  3D000: database \"x\" does not exist", "c"),
+              StatusIs(absl::StatusCode::kNotFound));
+  // Too many connections and a starting server are worth waiting for.
+  EXPECT_THAT(StatusFromConnectionMessage("FATAL:  53300: sorry, too many clients already", "c"),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(StatusFromConnectionMessage("FATAL:  57P03: the database system is starting up", "c"),
+              StatusIs(absl::StatusCode::kUnavailable));
+  // Several hosts: the last attempt decides.
+  EXPECT_THAT(StatusFromConnectionMessage(
+                  "connection to server at \"a\" failed: Connection refused\n"
+                  "connection to server at \"b\" failed: FATAL:  28000: no pg_hba.conf entry",
+                  "c"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  // libpq's own failures have no SQLSTATE, whatever their wording says.
+  EXPECT_THAT(StatusFromConnectionMessage(
+                  "connection to server at \"db\", port 5432 failed: password authentication "
+                  "failed (ECONNRESET)",
+                  "c"),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(StatusFromConnectionMessage("", "c"), StatusIs(absl::StatusCode::kUnavailable));
 }
 
 TEST(PgConnUnitTest, Quoting) {
@@ -92,6 +136,14 @@ TEST_F(PgConnTest, ClassifiesServerErrors) {
   EXPECT_THAT(Exec(conn->get(), "SELEC 1"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Connect(pg_->ConnInfo("no_such_db"), ConnectionKind::kSql),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no_such_db")));
+  EXPECT_THAT(Connect(pg_->ConnInfo("no_such_db"), ConnectionKind::kSql),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("SQLSTATE 3D000")));
+  // An unknown role is refused by authentication (class 28): definite.
+  EXPECT_THAT(Connect(absl::StrCat(pg_->ConnInfo(), " user=no_such_role"), ConnectionKind::kSql),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("SQLSTATE 28000")));
+  EXPECT_THAT(
+      Connect(absl::StrCat(pg_->ConnInfo(), " user=no_such_role"), ConnectionKind::kReplication),
+      StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("SQLSTATE 28000")));
 }
 
 TEST_F(PgConnTest, ConnectionRefusedIsTransient) {
