@@ -10,7 +10,7 @@
 //     stream     text NOT NULL,
 //     last_id    text,          -- "0/1A2B3C8:4", NULL until something applied
 //     commit_lsn pg_lsn,        -- its parts, so SQL can order ids correctly
-//     idx        bigint,        -- (an index is a uint32: it does not fit int4)
+//     idx        bigint CHECK (idx BETWEEN 0 AND 4294967295),  -- a uint32: not int4
 //     updated_at timestamptz NOT NULL DEFAULT now(),
 //     PRIMARY KEY (consumer, stream));
 //
