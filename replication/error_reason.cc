@@ -15,13 +15,32 @@ constexpr absl::string_view kMetadataPrefix = "walfeed.v1/reason-metadata/";
 }  // namespace
 
 std::vector<absl::string_view> AllReasons() {
-  return {kServerStopping,     kStreamNotReady,       kStreamRestarting, kCheckpointWriteFailed,
-          kConsumerReset,      kConsumerBusy,         kSessionSuperseded, kSessionNotActive,
-          kConsumerRemoved,    kConsumerDetached,     kConsumerNotFound,  kStreamNotFound,
-          kStartBelowCheckpoint, kStartNotHeld,       kEphemeralFellBehind, kEphemeralNotAcked,
-          kAckNotDelivered,    kResetTargetInvalid,   kSlotLost,          kSlotReplaced,
-          kSlotNotFound,       kStreamFailed,         kInvalidRequest,    kUnauthenticated,
-          kPermissionDenied,   kOther};
+  return {kServerStopping,
+          kStreamNotReady,
+          kStreamRestarting,
+          kCheckpointWriteFailed,
+          kConsumerReset,
+          kConsumerBusy,
+          kSessionSuperseded,
+          kSessionNotActive,
+          kConsumerRemoved,
+          kConsumerDetached,
+          kConsumerNotFound,
+          kStreamNotFound,
+          kStartBelowCheckpoint,
+          kStartNotHeld,
+          kEphemeralFellBehind,
+          kEphemeralNotAcked,
+          kAckNotDelivered,
+          kResetTargetInvalid,
+          kSlotLost,
+          kSlotReplaced,
+          kSlotNotFound,
+          kStreamFailed,
+          kInvalidRequest,
+          kUnauthenticated,
+          kPermissionDenied,
+          kCheckpointWriteRefused, kOther};
 }
 
 absl::Status WithReason(absl::Status status, absl::string_view reason) {

@@ -29,6 +29,7 @@ inline constexpr absl::string_view kConsumerReset = "CONSUMER_RESET";
 inline constexpr absl::string_view kConsumerBusy = "CONSUMER_BUSY";
 
 // Definite: retrying the same call gives the same answer.
+inline constexpr absl::string_view kCheckpointWriteRefused = "CHECKPOINT_WRITE_REFUSED";
 inline constexpr absl::string_view kSessionSuperseded = "SESSION_SUPERSEDED";
 inline constexpr absl::string_view kSessionNotActive = "SESSION_NOT_ACTIVE";
 inline constexpr absl::string_view kConsumerRemoved = "CONSUMER_REMOVED";

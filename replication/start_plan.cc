@@ -24,27 +24,31 @@ std::string DeliveredUpTo(const StreamCheckpoint& stored) {
 }
 
 absl::Status SlotMissing(const SlotCheck& check, Lsn stored, absl::string_view delivered) {
-  return reason::WithReason(absl::DataLossError(absl::StrCat(
-      "replication slot ", Quoted(check.slot_name), " of stream ", Quoted(check.stream),
-      " no longer exists, but walfeed had confirmed it up to ", stored.ToString(), delivered,
-      ": it was dropped outside walfeed (or invalidated and removed), so changes committed "
-      "after ",
-      stored.ToString(),
-      " that consumers have not received may be lost. walfeed does not recreate a slot "
-      "silently. ",
-      RecoveryHint(check.stream, check.checkpoint_schema))), reason::kSlotLost, {{"stream", check.stream}, {"slot", check.slot_name}});
+  return reason::WithReason(
+      absl::DataLossError(absl::StrCat(
+          "replication slot ", Quoted(check.slot_name), " of stream ", Quoted(check.stream),
+          " no longer exists, but walfeed had confirmed it up to ", stored.ToString(), delivered,
+          ": it was dropped outside walfeed (or invalidated and removed), so changes committed "
+          "after ",
+          stored.ToString(),
+          " that consumers have not received may be lost. walfeed does not recreate a slot "
+          "silently. ",
+          RecoveryHint(check.stream, check.checkpoint_schema))),
+      reason::kSlotLost, {{"stream", check.stream}, {"slot", check.slot_name}});
 }
 
 absl::Status SlotLost(const SlotCheck& check, Lsn stored) {
-  return reason::WithReason(absl::DataLossError(absl::StrCat(
-      "replication slot ", Quoted(check.slot_name), " of stream ", Quoted(check.stream),
-      " was invalidated (wal_status = lost): PostgreSQL removed WAL it still needed, so "
-      "changes after ",
-      stored.ToString(),
-      " that consumers have not received are lost. To recover: raise max_slot_wal_keep_size "
-      "(or set it to -1) so a lagging consumer cannot lose data again, drop the slot "
-      "(SELECT pg_drop_replication_slot('",
-      check.slot_name, "')), then ", RecoveryHint(check.stream, check.checkpoint_schema))), reason::kSlotLost, {{"stream", check.stream}, {"slot", check.slot_name}});
+  return reason::WithReason(
+      absl::DataLossError(absl::StrCat(
+          "replication slot ", Quoted(check.slot_name), " of stream ", Quoted(check.stream),
+          " was invalidated (wal_status = lost): PostgreSQL removed WAL it still needed, so "
+          "changes after ",
+          stored.ToString(),
+          " that consumers have not received are lost. To recover: raise max_slot_wal_keep_size "
+          "(or set it to -1) so a lagging consumer cannot lose data again, drop the slot "
+          "(SELECT pg_drop_replication_slot('",
+          check.slot_name, "')), then ", RecoveryHint(check.stream, check.checkpoint_schema))),
+      reason::kSlotLost, {{"stream", check.stream}, {"slot", check.slot_name}});
 }
 
 absl::Status CheckBound(const SlotCheck& check, const SlotIdentity& identity, Lsn stored,
@@ -54,28 +58,32 @@ absl::Status CheckBound(const SlotCheck& check, const SlotIdentity& identity, Ls
   if (slot.wal_status == "lost") return SlotLost(check, stored);
   const SlotIdentity now = IdentityOf(slot, check.system_identifier);
   if (now != identity) {
-    return reason::WithReason(absl::DataLossError(absl::StrCat(
-        "replication slot ", Quoted(check.slot_name), " of stream ", Quoted(check.stream),
-        " is not the slot walfeed was streaming from: walfeed bound it in cluster ",
-        identity.system_identifier, ", database oid ", identity.database_oid, ", plugin ",
-        Quoted(identity.plugin), ", but it is now in cluster ", now.system_identifier,
-        ", database oid ", now.database_oid, ", plugin ", Quoted(now.plugin),
-        ". The slot (or the whole database) was recreated, so changes after ",
-        stored.ToString(), delivered, " may be lost. To recover: ",
-        RecoveryHint(check.stream, check.checkpoint_schema),
-        " Because positions of a different cluster cannot be compared, also delete the "
-        "consumer checkpoints.")), reason::kSlotReplaced, {{"stream", check.stream}, {"slot", check.slot_name}});
+    return reason::WithReason(
+        absl::DataLossError(absl::StrCat(
+            "replication slot ", Quoted(check.slot_name), " of stream ", Quoted(check.stream),
+            " is not the slot walfeed was streaming from: walfeed bound it in cluster ",
+            identity.system_identifier, ", database oid ", identity.database_oid, ", plugin ",
+            Quoted(identity.plugin), ", but it is now in cluster ", now.system_identifier,
+            ", database oid ", now.database_oid, ", plugin ", Quoted(now.plugin),
+            ". The slot (or the whole database) was recreated, so changes after ",
+            stored.ToString(), delivered,
+            " may be lost. To recover: ", RecoveryHint(check.stream, check.checkpoint_schema),
+            " Because positions of a different cluster cannot be compared, also delete the "
+            "consumer checkpoints.")),
+        reason::kSlotReplaced, {{"stream", check.stream}, {"slot", check.slot_name}});
   }
   if (slot.confirmed_flush > stored) {
-    return reason::WithReason(absl::DataLossError(absl::StrCat(
-        "replication slot ", Quoted(check.slot_name), " of stream ", Quoted(check.stream),
-        " has confirmed_flush_lsn ", slot.confirmed_flush.ToString(),
-        ", past the position walfeed stored and confirmed (", stored.ToString(),
-        "): it was advanced (pg_replication_slot_advance, another client) or dropped and "
-        "recreated outside walfeed, so changes committed between ",
-        stored.ToString(), " and ", slot.confirmed_flush.ToString(),
-        " were never delivered and cannot be read from this slot. To recover: ",
-        RecoveryHint(check.stream, check.checkpoint_schema))), reason::kSlotReplaced, {{"stream", check.stream}, {"slot", check.slot_name}});
+    return reason::WithReason(
+        absl::DataLossError(absl::StrCat(
+            "replication slot ", Quoted(check.slot_name), " of stream ", Quoted(check.stream),
+            " has confirmed_flush_lsn ", slot.confirmed_flush.ToString(),
+            ", past the position walfeed stored and confirmed (", stored.ToString(),
+            "): it was advanced (pg_replication_slot_advance, another client) or dropped and "
+            "recreated outside walfeed, so changes committed between ",
+            stored.ToString(), " and ", slot.confirmed_flush.ToString(),
+            " were never delivered and cannot be read from this slot. To recover: ",
+            RecoveryHint(check.stream, check.checkpoint_schema))),
+        reason::kSlotReplaced, {{"stream", check.stream}, {"slot", check.slot_name}});
   }
   return absl::OkStatus();
 }
@@ -115,14 +123,16 @@ absl::StatusOr<StartPlan> PlanStart(const SlotCheck& check, const StreamCheckpoi
 
   if (stored.slot_bound()) {
     if (stored.slot_name != check.slot_name) {
-      return reason::WithReason(absl::FailedPreconditionError(absl::StrCat(
-          "stream ", Quoted(check.stream), " is configured with slot ",
-          Quoted(check.slot_name), " but its checkpoint is bound to slot ",
-          Quoted(stored.slot_name), " at ", stored.confirmed_lsn.ToString(),
-          ": another slot has another position, so switching would skip or repeat changes. "
-          "Configure slot ",
-          Quoted(stored.slot_name), " again, or, to move the stream to the new slot, ",
-          RecoveryHint(check.stream, check.checkpoint_schema))), reason::kSlotReplaced, {{"stream", check.stream}, {"slot", check.slot_name}});
+      return reason::WithReason(
+          absl::FailedPreconditionError(absl::StrCat(
+              "stream ", Quoted(check.stream), " is configured with slot ", Quoted(check.slot_name),
+              " but its checkpoint is bound to slot ", Quoted(stored.slot_name), " at ",
+              stored.confirmed_lsn.ToString(),
+              ": another slot has another position, so switching would skip or repeat changes. "
+              "Configure slot ",
+              Quoted(stored.slot_name), " again, or, to move the stream to the new slot, ",
+              RecoveryHint(check.stream, check.checkpoint_schema))),
+          reason::kSlotReplaced, {{"stream", check.stream}, {"slot", check.slot_name}});
     }
     WALFEED_RETURN_IF_ERROR(
         CheckBound(check, stored.slot_identity, stored.confirmed_lsn, delivered));
@@ -137,10 +147,12 @@ absl::StatusOr<StartPlan> PlanStart(const SlotCheck& check, const StreamCheckpoi
     if (stored.confirmed_lsn.valid()) {
       return SlotMissing(check, stored.confirmed_lsn, delivered);
     }
-    return reason::WithReason(absl::NotFoundError(absl::StrCat(
-        "replication slot ", Quoted(check.slot_name), " of stream ", Quoted(check.stream),
-        " does not exist: create it (SELECT pg_create_logical_replication_slot('",
-        check.slot_name, "', 'pgoutput')) or set create_missing so walfeed creates it")), reason::kSlotNotFound, {{"stream", check.stream}, {"slot", check.slot_name}});
+    return reason::WithReason(
+        absl::NotFoundError(absl::StrCat(
+            "replication slot ", Quoted(check.slot_name), " of stream ", Quoted(check.stream),
+            " does not exist: create it (SELECT pg_create_logical_replication_slot('",
+            check.slot_name, "', 'pgoutput')) or set create_missing so walfeed creates it")),
+        reason::kSlotNotFound, {{"stream", check.stream}, {"slot", check.slot_name}});
   }
   if (check.slot->wal_status == "lost") return SlotLost(check, stored.confirmed_lsn);
   if (stored.confirmed_lsn.valid() && check.slot->confirmed_flush > stored.confirmed_lsn) {

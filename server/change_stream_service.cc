@@ -7,9 +7,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "replication/error_reason.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "replication/error_reason.h"
 #include "server/subscribe_options.h"
 #include "spdlog/spdlog.h"
 
@@ -26,9 +26,11 @@ absl::Status ValidateName(absl::string_view field, absl::string_view name) {
                            c == '.' || c == '-';
                   });
   if (ok) return absl::OkStatus();
-  return reason::WithReason(absl::InvalidArgumentError(absl::StrCat(field, ": \"", absl::CHexEscape(name.substr(0, 80)),
-                                                 "\" is not a valid ", field,
-                                                 " name: use 1-63 characters of A-Z a-z 0-9 _ . -")), reason::kInvalidRequest, {{"field", std::string(field)}});
+  return reason::WithReason(
+      absl::InvalidArgumentError(absl::StrCat(field, ": \"", absl::CHexEscape(name.substr(0, 80)),
+                                              "\" is not a valid ", field,
+                                              " name: use 1-63 characters of A-Z a-z 0-9 _ . -")),
+      reason::kInvalidRequest, {{"field", std::string(field)}});
 }
 
 absl::Status ValidateConsumerName(absl::string_view consumer) {
@@ -39,17 +41,21 @@ absl::Status ValidateConsumerName(absl::string_view consumer) {
 // far longer is a client bug, not a superseded session.
 absl::Status ValidateSessionId(absl::string_view session_id) {
   if (!session_id.empty() && session_id.size() <= 64) return absl::OkStatus();
-  return reason::WithReason(absl::InvalidArgumentError(
-      session_id.empty()
-          ? "session_id: empty; send the session_id of the Subscribe call's `started` frame"
-          : "session_id: longer than any session id; send the session_id of the Subscribe "
-            "call's `started` frame"), reason::kInvalidRequest, {{"field", "session_id"}});
+  return reason::WithReason(
+      absl::InvalidArgumentError(
+          session_id.empty()
+              ? "session_id: empty; send the session_id of the Subscribe call's `started` frame"
+              : "session_id: longer than any session id; send the session_id of the Subscribe "
+                "call's `started` frame"),
+      reason::kInvalidRequest, {{"field", "session_id"}});
 }
 
 absl::StatusOr<replication::EventId> ParseId(absl::string_view field, absl::string_view text) {
   absl::StatusOr<replication::EventId> id = replication::EventId::Parse(text);
   if (!id.ok()) {
-    return reason::WithReason(absl::InvalidArgumentError(absl::StrCat(field, ": ", id.status().message())), reason::kInvalidRequest, {{"field", std::string(field)}});
+    return reason::WithReason(
+        absl::InvalidArgumentError(absl::StrCat(field, ": ", id.status().message())),
+        reason::kInvalidRequest, {{"field", std::string(field)}});
   }
   return id;
 }
@@ -168,9 +174,10 @@ absl::StatusOr<StreamRuntime*> ChangeStreamService::Find(absl::string_view strea
   if (it != streams_.end()) return it->second;
   std::string known;
   for (const auto& [name, runtime] : streams_) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-  return reason::WithReason(absl::NotFoundError(absl::StrCat("stream: no stream named \"", stream.substr(0, 80),
-                                          "\" is configured on this server (streams: ", known,
-                                          ")")), reason::kStreamNotFound, {{"stream", std::string(stream.substr(0, 80))}});
+  return reason::WithReason(
+      absl::NotFoundError(absl::StrCat("stream: no stream named \"", stream.substr(0, 80),
+                                       "\" is configured on this server (streams: ", known, ")")),
+      reason::kStreamNotFound, {{"stream", std::string(stream.substr(0, 80))}});
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ChangeStreamService::Subscribe(
@@ -272,8 +279,10 @@ grpc::ServerUnaryReactor* ChangeStreamService::ResetConsumer(
   if (status.ok()) status = ValidateConsumerName(request->consumer());
   std::optional<replication::EventId> to;
   if (status.ok() && request->to().empty() == !request->to_head()) {
-    status = reason::WithReason(absl::InvalidArgumentError(
-        "give exactly one of `to` (an event id) and `to_head` (the newest event held)"), reason::kInvalidRequest, {{"field", "to"}});
+    status = reason::WithReason(
+        absl::InvalidArgumentError(
+            "give exactly one of `to` (an event id) and `to_head` (the newest event held)"),
+        reason::kInvalidRequest, {{"field", "to"}});
   }
   if (status.ok() && !request->to().empty()) {
     absl::StatusOr<replication::EventId> id = ParseId("to", request->to());

@@ -99,13 +99,17 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
                                                      SessionOptions options) {
   absl::MutexLock lock(&mu_);
   if (failed_) return *failed_;
-  if (stopping_) return reason::WithReason(absl::UnavailableError("walfeed-server is stopping"), reason::kServerStopping);
+  if (stopping_)
+    return reason::WithReason(absl::UnavailableError("walfeed-server is stopping"),
+                              reason::kServerStopping);
   if (!loaded_) return options_.not_ready();
   if (options.ephemeral) {
     if (start_after && *start_after < floor_) {
-      return reason::WithReason(absl::OutOfRangeError(absl::StrCat(
-          "start_after ", start_after->ToString(), " is below what stream \"", options_.stream,
-          "\" still holds (events after ", floor_.ToString(), ")")), reason::kStartNotHeld, {{"stream", options_.stream}});
+      return reason::WithReason(
+          absl::OutOfRangeError(absl::StrCat(
+              "start_after ", start_after->ToString(), " is below what stream \"", options_.stream,
+              "\" still holds (events after ", floor_.ToString(), ")")),
+          reason::kStartNotHeld, {{"stream", options_.stream}});
     }
     const EventId start = start_after ? *start_after : buffer_.newest();
     OpenedSession opened;
@@ -119,21 +123,25 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   if (start_after) {
     const EventId checkpoint = known == consumers_.end() ? EventId{} : known->second.checkpoint;
     if (*start_after < checkpoint) {  // Never for a new consumer.
-      return reason::WithReason(absl::OutOfRangeError(absl::StrCat(
-          "start_after ", start_after->ToString(), " is below consumer \"", consumer,
-          "\"'s checkpoint ", checkpoint.ToString(),
-          ": events up to the checkpoint were acked and may no longer be available; start "
-          "after the checkpoint (leave start_after empty) or after a later id")), reason::kStartBelowCheckpoint, {{"stream", options_.stream}, {"consumer", consumer}});
+      return reason::WithReason(
+          absl::OutOfRangeError(absl::StrCat(
+              "start_after ", start_after->ToString(), " is below consumer \"", consumer,
+              "\"'s checkpoint ", checkpoint.ToString(),
+              ": events up to the checkpoint were acked and may no longer be available; start "
+              "after the checkpoint (leave start_after empty) or after a later id")),
+          reason::kStartBelowCheckpoint, {{"stream", options_.stream}, {"consumer", consumer}});
     }
     if (*start_after < floor_) {
       // Starting at the trim point instead would silently skip the events between.
       const EventId trimmed = floor_;
-      return reason::WithReason(absl::OutOfRangeError(absl::StrCat(
-          "start_after ", start_after->ToString(), " is below what stream \"", options_.stream,
-          "\" still holds: every event up to ", trimmed.ToString(),
-          " was acked by all its consumers and is no longer available to consumer \"",
-          consumer, "\"; start after ", trimmed.ToString(),
-          " or a later id, or leave start_after empty")), reason::kStartNotHeld, {{"stream", options_.stream}, {"consumer", consumer}});
+      return reason::WithReason(
+          absl::OutOfRangeError(absl::StrCat(
+              "start_after ", start_after->ToString(), " is below what stream \"", options_.stream,
+              "\" still holds: every event up to ", trimmed.ToString(),
+              " was acked by all its consumers and is no longer available to consumer \"", consumer,
+              "\"; start after ", trimmed.ToString(),
+              " or a later id, or leave start_after empty")),
+          reason::kStartNotHeld, {{"stream", options_.stream}, {"consumer", consumer}});
     }
   }
   auto [it, inserted] = consumers_.try_emplace(consumer);
@@ -157,9 +165,11 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   if (state.active) {
     opened.superseded = EndLocked(
         state.active,
-        reason::WithReason(absl::AbortedError(absl::StrCat("session ", state.active->id(), " of consumer \"",
-                                        consumer, "\" was superseded by a newer Subscribe (",
-                                        opened.session->id(), ")")), reason::kSessionSuperseded, {{"stream", options_.stream}, {"consumer", consumer}}));
+        reason::WithReason(
+            absl::AbortedError(absl::StrCat("session ", state.active->id(), " of consumer \"",
+                                            consumer, "\" was superseded by a newer Subscribe (",
+                                            opened.session->id(), ")")),
+            reason::kSessionSuperseded, {{"stream", options_.stream}, {"consumer", consumer}}));
   }
   state.active = opened.session;
   opened.checkpoint = state.checkpoint;
@@ -209,12 +219,16 @@ absl::Status ConsumerRegistry::BusyLocked(const std::string& consumer) const {
   // Not UNAVAILABLE: a client retrying would come back as a new consumer once a
   // removal is done and silently skip what it never acked.
   if (it->second.removing) {
-    return reason::WithReason(absl::AbortedError(
-        absl::StrCat("consumer \"", consumer, "\" is being removed (RemoveConsumer)")), reason::kConsumerRemoved, {{"stream", options_.stream}, {"consumer", consumer}});
+    return reason::WithReason(absl::AbortedError(absl::StrCat(
+                                  "consumer \"", consumer, "\" is being removed (RemoveConsumer)")),
+                              reason::kConsumerRemoved,
+                              {{"stream", options_.stream}, {"consumer", consumer}});
   }
   if (it->second.resetting) {
-    return reason::WithReason(absl::AbortedError(absl::StrCat("consumer \"", consumer,
-                                           "\" is being reset (ResetConsumer); resubscribe")), reason::kConsumerBusy, {{"stream", options_.stream}, {"consumer", consumer}});
+    return reason::WithReason(
+        absl::AbortedError(absl::StrCat("consumer \"", consumer,
+                                        "\" is being reset (ResetConsumer); resubscribe")),
+        reason::kConsumerBusy, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   if (it->second.detaching || it->second.detached) return DetachedError(consumer, it->second);
   return absl::OkStatus();
@@ -233,13 +247,15 @@ bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::st
     // Durable consumers acked past events it had not received: they are gone.
     const EventId passed = entry.framer.cursor();
     const EventId trimmed = floor_;
-    entry.end = reason::WithReason(absl::OutOfRangeError(absl::StrCat(
-        "ephemeral session ", session.id(), " fell behind: it had passed ",
-        passed == EventId{} ? "nothing" : passed.ToString(),
-        " and the server no longer holds the events up to ", trimmed.ToString(), " (",
-        trimmed.commit_lsn.value() - std::min(trimmed.commit_lsn, passed.commit_lsn).value(),
-        " bytes of WAL later); subscribe again to continue from the newest events, or use a "
-        "durable consumer to receive everything")), reason::kEphemeralFellBehind, {{"stream", options_.stream}});
+    entry.end = reason::WithReason(
+        absl::OutOfRangeError(absl::StrCat(
+            "ephemeral session ", session.id(), " fell behind: it had passed ",
+            passed == EventId{} ? "nothing" : passed.ToString(),
+            " and the server no longer holds the events up to ", trimmed.ToString(), " (",
+            trimmed.commit_lsn.value() - std::min(trimmed.commit_lsn, passed.commit_lsn).value(),
+            " bytes of WAL later); subscribe again to continue from the newest events, or use a "
+            "durable consumer to receive everything")),
+        reason::kEphemeralFellBehind, {{"stream", options_.stream}});
   }
   if (entry.end && entry.framer.started()) {
     *end = entry.end;
@@ -293,23 +309,29 @@ absl::StatusOr<ConsumerRegistry::AckTicket> ConsumerRegistry::BeginAck(
   if (it == consumers_.end() || !it->second.active || it->second.active->id() != session_id) {
     for (const auto& [key, entry] : sessions_) {
       if (entry.session->id() == session_id && entry.session->options().ephemeral) {
-        return reason::WithReason(absl::FailedPreconditionError(absl::StrCat(
-            "session ", session_id,
-            " is ephemeral: ephemeral subscriptions keep no checkpoint and are not acked")), reason::kEphemeralNotAcked, {{"stream", options_.stream}});
+        return reason::WithReason(
+            absl::FailedPreconditionError(absl::StrCat(
+                "session ", session_id,
+                " is ephemeral: ephemeral subscriptions keep no checkpoint and are not acked")),
+            reason::kEphemeralNotAcked, {{"stream", options_.stream}});
       }
     }
   }
   if (it == consumers_.end()) {
-    return reason::WithReason(absl::NotFoundError(absl::StrCat("stream \"", options_.stream,
-                                            "\" has no consumer \"", consumer,
-                                            "\" (it never subscribed, or was removed)")), reason::kConsumerNotFound, {{"stream", options_.stream}, {"consumer", consumer}});
+    return reason::WithReason(
+        absl::NotFoundError(absl::StrCat("stream \"", options_.stream, "\" has no consumer \"",
+                                         consumer, "\" (it never subscribed, or was removed)")),
+        reason::kConsumerNotFound, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   Consumer& state = it->second;
   if (!state.active || state.active->id() != session_id) {
-    return reason::WithReason(absl::AbortedError(absl::StrCat(
-        "session \"", session_id, "\" is not the active session of consumer \"", consumer, "\"",
-        state.active ? absl::StrCat(" (superseded by ", state.active->id(), ")") : " (it ended)",
-        ": acks must come from the newest Subscribe, which resumes after the checkpoint")), reason::kSessionNotActive, {{"stream", options_.stream}, {"consumer", consumer}});
+    return reason::WithReason(
+        absl::AbortedError(absl::StrCat(
+            "session \"", session_id, "\" is not the active session of consumer \"", consumer, "\"",
+            state.active ? absl::StrCat(" (superseded by ", state.active->id(), ")")
+                         : " (it ended)",
+            ": acks must come from the newest Subscribe, which resumes after the checkpoint")),
+        reason::kSessionNotActive, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   // At or below what it already acked (or, before its first ack, where its
   // session started): nothing to store. The window still shrinks: a session that
@@ -320,9 +342,12 @@ absl::StatusOr<ConsumerRegistry::AckTicket> ConsumerRegistry::BeginAck(
   }
   const EventId passed = sessions_.at(state.active.get()).framer.cursor();
   if (passed < id) {
-    return reason::WithReason(absl::OutOfRangeError(absl::StrCat(
-        "event ", id.ToString(), " was not delivered to consumer \"", consumer,
-        "\" in this session (last passed: ", passed == EventId{} ? "" : passed.ToString(), ")")), reason::kAckNotDelivered, {{"stream", options_.stream}, {"consumer", consumer}});
+    return reason::WithReason(
+        absl::OutOfRangeError(absl::StrCat(
+            "event ", id.ToString(), " was not delivered to consumer \"", consumer,
+            "\" in this session (last passed: ", passed == EventId{} ? "" : passed.ToString(),
+            ")")),
+        reason::kAckNotDelivered, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   ++state.acks_in_flight;
   return AckTicket{/*noop=*/false, state.checkpoint};

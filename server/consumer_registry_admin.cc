@@ -17,18 +17,26 @@ absl::StatusOr<ConsumerRegistry::Consumer*> ConsumerRegistry::AdminTargetLocked(
   // The stream's own state first: before it is loaded, consumers_ is not
   // complete and "no such consumer" would be a lie.
   if (failed_) return *failed_;
-  if (stopping_) return reason::WithReason(absl::UnavailableError("walfeed-server is stopping"), reason::kServerStopping);
+  if (stopping_)
+    return reason::WithReason(absl::UnavailableError("walfeed-server is stopping"),
+                              reason::kServerStopping);
   if (!loaded_) return options_.not_ready();
   auto it = consumers_.find(consumer);
   if (it == consumers_.end()) {
-    return reason::WithReason(absl::NotFoundError(absl::StrCat("stream \"", options_.stream, "\" has no consumer \"",
-                                            consumer, "\" (never subscribed, or already removed)")), reason::kConsumerNotFound, {{"stream", options_.stream}, {"consumer", consumer}});
+    return reason::WithReason(
+        absl::NotFoundError(absl::StrCat("stream \"", options_.stream, "\" has no consumer \"",
+                                         consumer, "\" (never subscribed, or already removed)")),
+        reason::kConsumerNotFound, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   Consumer& state = it->second;
   if (state.removing || state.resetting || state.detaching) {
-    return reason::WithReason(absl::AbortedError(absl::StrCat(
-        "consumer \"", consumer, "\" is being ",
-        state.removing ? "removed" : state.resetting ? "reset" : "detached", " by another call")), reason::kConsumerBusy, {{"stream", options_.stream}, {"consumer", consumer}});
+    return reason::WithReason(
+        absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" is being ",
+                                        state.removing    ? "removed"
+                                        : state.resetting ? "reset"
+                                                          : "detached",
+                                        " by another call")),
+        reason::kConsumerBusy, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   return &state;
 }
@@ -50,16 +58,17 @@ absl::Status ConsumerRegistry::DetachedError(const std::string& consumer,
                                              const Consumer& state) const {
   const std::string checkpoint =
       state.checkpoint == EventId{} ? "none" : state.checkpoint.ToString();
-  return reason::WithReason(absl::FailedPreconditionError(absl::StrCat(
-      "consumer \"", consumer, "\" of stream \"", options_.stream,
-      "\" was detached by laggard_policy detach: it fell too far behind (the stream's "
-      "retention was full) and no longer holds the stream. Its checkpoint is ", checkpoint,
-      "; the stream holds only the events after ", floor_.ToString(),
-      ", so the events in between are lost to it. To resume, accepting that gap, run "
-      "`walfeed reset-consumer --stream ",
-      options_.stream, " --consumer ", consumer,
-      " --to-head --yes` (or --to an id after ", floor_.ToString(),
-      "); or `walfeed remove-consumer` to forget it")), reason::kConsumerDetached, {{"stream", options_.stream}, {"consumer", consumer}});
+  return reason::WithReason(
+      absl::FailedPreconditionError(absl::StrCat(
+          "consumer \"", consumer, "\" of stream \"", options_.stream,
+          "\" was detached by laggard_policy detach: it fell too far behind (the stream's "
+          "retention was full) and no longer holds the stream. Its checkpoint is ",
+          checkpoint, "; the stream holds only the events after ", floor_.ToString(),
+          ", so the events in between are lost to it. To resume, accepting that gap, run "
+          "`walfeed reset-consumer --stream ",
+          options_.stream, " --consumer ", consumer, " --to-head --yes` (or --to an id after ",
+          floor_.ToString(), "); or `walfeed remove-consumer` to forget it")),
+      reason::kConsumerDetached, {{"stream", options_.stream}, {"consumer", consumer}});
 }
 
 std::optional<std::string> ConsumerRegistry::LaggardToDetach() {
@@ -125,8 +134,12 @@ absl::StatusOr<std::shared_ptr<Session>> ConsumerRegistry::BeginRemove(
   state.removing = true;
   std::shared_ptr<Session> ended;
   if (state.active) {
-    ended = EndLocked(state.active, reason::WithReason(absl::AbortedError(absl::StrCat(
-                                        "consumer \"", consumer, "\" was removed (RemoveConsumer)")), reason::kConsumerRemoved, {{"stream", options_.stream}, {"consumer", consumer}}));
+    ended = EndLocked(
+        state.active,
+        reason::WithReason(absl::AbortedError(absl::StrCat("consumer \"", consumer,
+                                                           "\" was removed (RemoveConsumer)")),
+                           reason::kConsumerRemoved,
+                           {{"stream", options_.stream}, {"consumer", consumer}}));
     state.active.reset();
   }
   return ended;
@@ -167,27 +180,33 @@ absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
   ticket.previous = state.checkpoint;
   ticket.detached = state.detached;
   if (state.detached && to && *to < floor_) {
-    return reason::WithReason(absl::FailedPreconditionError(absl::StrCat(
-        "cannot reset detached consumer \"", consumer, "\" to ", to->ToString(),
-        ": the stream holds only the events after ", floor_.ToString(),
-        "; reset it to an id after that, or --to-head")), reason::kResetTargetInvalid, {{"stream", options_.stream}, {"consumer", consumer}});
+    return reason::WithReason(
+        absl::FailedPreconditionError(
+            absl::StrCat("cannot reset detached consumer \"", consumer, "\" to ", to->ToString(),
+                         ": the stream holds only the events after ", floor_.ToString(),
+                         "; reset it to an id after that, or --to-head")),
+        reason::kResetTargetInvalid, {{"stream", options_.stream}, {"consumer", consumer}});
   }
   if (!to) {
     ticket.target = std::max(state.checkpoint, buffer_.newest());
   } else {
     if (*to < state.checkpoint) {
-      return reason::WithReason(absl::FailedPreconditionError(absl::StrCat(
-          "cannot reset consumer \"", consumer, "\" to ", to->ToString(),
-          ": its checkpoint is already ", state.checkpoint.ToString(),
-          " and checkpoints only move forward (to read events again, a new consumer "
-          "can start_after an id the server still holds)")), reason::kResetTargetInvalid, {{"stream", options_.stream}, {"consumer", consumer}});
+      return reason::WithReason(
+          absl::FailedPreconditionError(absl::StrCat(
+              "cannot reset consumer \"", consumer, "\" to ", to->ToString(),
+              ": its checkpoint is already ", state.checkpoint.ToString(),
+              " and checkpoints only move forward (to read events again, a new consumer "
+              "can start_after an id the server still holds)")),
+          reason::kResetTargetInvalid, {{"stream", options_.stream}, {"consumer", consumer}});
     }
     if (*to > buffer_.newest()) {
-      return reason::WithReason(absl::OutOfRangeError(absl::StrCat(
-          "cannot reset consumer \"", consumer, "\" to ", to->ToString(),
-          ": the newest event stream \"", options_.stream, "\" holds is ",
-          buffer_.newest() == EventId{} ? "none yet" : buffer_.newest().ToString(),
-          "; use --to-head, or wait until the event was read")), reason::kResetTargetInvalid, {{"stream", options_.stream}, {"consumer", consumer}});
+      return reason::WithReason(
+          absl::OutOfRangeError(
+              absl::StrCat("cannot reset consumer \"", consumer, "\" to ", to->ToString(),
+                           ": the newest event stream \"", options_.stream, "\" holds is ",
+                           buffer_.newest() == EventId{} ? "none yet" : buffer_.newest().ToString(),
+                           "; use --to-head, or wait until the event was read")),
+          reason::kResetTargetInvalid, {{"stream", options_.stream}, {"consumer", consumer}});
     }
     // The last event at or below `to` (the tracker confirms only real events).
     ticket.target = state.checkpoint;
@@ -195,10 +214,12 @@ absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
       // On disk, where the registry does not look under its lock: the id must
       // be an event's own.
       if (!tracker_->CheckDelivered(*to).ok()) {
-        return reason::WithReason(absl::InvalidArgumentError(absl::StrCat(
-            "cannot reset consumer \"", consumer, "\" to ", to->ToString(),
-            ": it is not the id of an event stream \"", options_.stream,
-            "\" holds on disk; give an event's exact id (walfeed tail shows them)")), reason::kResetTargetInvalid, {{"stream", options_.stream}, {"consumer", consumer}});
+        return reason::WithReason(
+            absl::InvalidArgumentError(absl::StrCat(
+                "cannot reset consumer \"", consumer, "\" to ", to->ToString(),
+                ": it is not the id of an event stream \"", options_.stream,
+                "\" holds on disk; give an event's exact id (walfeed tail shows them)")),
+            reason::kResetTargetInvalid, {{"stream", options_.stream}, {"consumer", consumer}});
       }
       ticket.target = *to;
     }
@@ -215,8 +236,12 @@ absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
     ticket.target = std::max(ticket.target, floor_);
     if (ticket.target <= state.checkpoint) {
       return reason::WithReason(absl::FailedPreconditionError(absl::StrCat(
-          "cannot re-attach detached consumer \"", consumer, "\" yet: the stream holds no event "
-          "after its checkpoint ", state.checkpoint.ToString(), "; retry once new events arrive")), reason::kResetTargetInvalid, {{"stream", options_.stream}, {"consumer", consumer}});
+                                    "cannot re-attach detached consumer \"", consumer,
+                                    "\" yet: the stream holds no event "
+                                    "after its checkpoint ",
+                                    state.checkpoint.ToString(), "; retry once new events arrive")),
+                                reason::kResetTargetInvalid,
+                                {{"stream", options_.stream}, {"consumer", consumer}});
     }
     state.reattached_from = state.checkpoint;
     state.checkpoint = ticket.target;
@@ -227,9 +252,11 @@ absl::StatusOr<ConsumerRegistry::ResetTicket> ConsumerRegistry::BeginReset(
   if (state.active) {
     ticket.ended = EndLocked(
         state.active,
-        reason::WithReason(absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" was reset to ",
-                                        ticket.target.ToString(),
-                                        " (ResetConsumer); resubscribe to resume after it")), reason::kConsumerReset, {{"stream", options_.stream}, {"consumer", consumer}}));
+        reason::WithReason(
+            absl::AbortedError(absl::StrCat("consumer \"", consumer, "\" was reset to ",
+                                            ticket.target.ToString(),
+                                            " (ResetConsumer); resubscribe to resume after it")),
+            reason::kConsumerReset, {{"stream", options_.stream}, {"consumer", consumer}}));
     state.active.reset();
   }
   return ticket;

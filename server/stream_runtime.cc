@@ -3,7 +3,6 @@
 #include <sys/random.h>
 
 #include <cerrno>
-
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -11,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "replication/error_reason.h"
+#include "replication/retry.h"
 #include "server/stream_log.h"
 
 namespace walfeed::server {
@@ -38,6 +38,21 @@ std::string NewSessionId() {
   }
   return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
+// A durable write (ack, removal, reset) that failed and changed nothing.
+// Transient failures (connection lost, PostgreSQL restarting) tell the client
+// to retry; others (the role lacks a grant, the table was dropped) keep their
+// code, because retrying them forever would hide the problem.
+absl::Status WriteFailed(const absl::Status& why, absl::string_view stream,
+                         absl::string_view what, absl::string_view remedy) {
+  const bool transient = replication::IsTransient(why);
+  return reason::WithReason(
+      absl::Status(transient ? absl::StatusCode::kUnavailable : why.code(),
+                   absl::StrCat("could not store ", what, ": ", why.message(), "; ",
+                                transient ? remedy : "an operator must fix this first")),
+      transient ? reason::kCheckpointWriteFailed : reason::kCheckpointWriteRefused,
+      {{"stream", std::string(stream)}});
 }
 
 }  // namespace
@@ -68,7 +83,10 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
               [this](const absl::Status& why) { WakeAll(registry_.Fail(why)); },
               std::move(on_state)}) {}
 
-StreamRuntime::~StreamRuntime() { Stop(reason::WithReason(absl::UnavailableError("walfeed-server is stopping"), reason::kServerStopping)); }
+StreamRuntime::~StreamRuntime() {
+  Stop(reason::WithReason(absl::UnavailableError("walfeed-server is stopping"),
+                          reason::kServerStopping));
+}
 
 void StreamRuntime::Start() {
   retention_ = std::make_unique<RetentionWorker>(
@@ -134,9 +152,11 @@ void StreamRuntime::RestartFromSlot(const absl::Status& why) {
                         "the slot (nothing is lost: the slot holds everything after the lowest "
                         "checkpoint)",
                         name(), why.ToString());
-  WakeAll(registry_.Unload(reason::WithReason(absl::UnavailableError(
-      absl::StrCat("stream \"", name(), "\" is being re-read from its slot (", why.message(),
-                   "); subscribe again")), reason::kStreamRestarting, {{"stream", name()}})));
+  WakeAll(registry_.Unload(
+      reason::WithReason(absl::UnavailableError(absl::StrCat("stream \"", name(),
+                                                             "\" is being re-read from its slot (",
+                                                             why.message(), "); subscribe again")),
+                         reason::kStreamRestarting, {{"stream", name()}})));
   if (spill_) spill_->Clear();
   supervisor_.Restart(why);
 }
@@ -205,8 +225,7 @@ absl::StatusOr<AckOutcome> StreamRuntime::Ack(const std::string& consumer,
   if (!delivered.ok()) return delivered;
   absl::Status durable = source_->committer()->AckDurably(name(), consumer, id);
   if (!durable.ok()) {
-    return reason::WithReason(absl::UnavailableError(absl::StrCat("could not store the ack durably: ",
-                                               durable.message(), "; retry the Ack")), reason::kCheckpointWriteFailed, {{"stream", name()}});
+    return WriteFailed(durable, name(), "the ack durably", "retry the Ack");
   }
   if (absl::Status tracked = tracker->Ack(consumer, id); !tracked.ok()) {
     StreamLogger()->warn("stream {}: consumer {}: ack {} stored but not tracked: {}", name(), consumer,
@@ -231,9 +250,8 @@ absl::StatusOr<EventId> StreamRuntime::RemoveConsumer(const std::string& consume
   if (!removed.ok()) {
     registry_.AbandonRemove(consumer);
     source_->Wake();
-    return reason::WithReason(absl::UnavailableError(absl::StrCat("could not store the removal of consumer \"",
-                                               consumer, "\": ", removed.message(),
-                                               "; it is kept, retry")), reason::kCheckpointWriteFailed, {{"stream", name()}});
+    return WriteFailed(removed, name(), absl::StrCat("the removal of consumer \"", consumer, "\""),
+                       "it is kept, retry");
   }
   SessionList wake;
   registry_.FinishRemove(consumer, &wake);
@@ -262,9 +280,8 @@ absl::StatusOr<StreamRuntime::ResetOutcome> StreamRuntime::ResetConsumer(
     if (!durable.ok()) {
       registry_.AbandonReset(consumer);
       source_->Wake();
-      return reason::WithReason(absl::UnavailableError(absl::StrCat("could not store the reset of consumer \"",
-                                                 consumer, "\": ", durable.message(),
-                                                 "; its checkpoint is unchanged, retry")), reason::kCheckpointWriteFailed, {{"stream", name()}});
+      return WriteFailed(durable, name(), absl::StrCat("the reset of consumer \"", consumer, "\""),
+                         "its checkpoint is unchanged, retry");
     }
     // A re-attached consumer was added to the tracker at the target already.
     absl::Status tracked =

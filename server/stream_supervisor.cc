@@ -53,10 +53,11 @@ StreamSupervisor::State StreamSupervisor::state() const {
 
 absl::Status StreamSupervisor::NotReady() const {
   absl::MutexLock lock(&mu_);
-  return reason::WithReason(absl::UnavailableError(absl::StrCat("stream \"", options_.stream,
-                                             "\" is still connecting to PostgreSQL",
-                                             state_.error.empty() ? "" : ": ", state_.error,
-                                             "; retry shortly")), reason::kStreamNotReady, {{"stream", options_.stream}});
+  return reason::WithReason(
+      absl::UnavailableError(
+          absl::StrCat("stream \"", options_.stream, "\" is still connecting to PostgreSQL",
+                       state_.error.empty() ? "" : ": ", state_.error, "; retry shortly")),
+      reason::kStreamNotReady, {{"stream", options_.stream}});
 }
 
 void StreamSupervisor::Fail(const absl::Status& status) {

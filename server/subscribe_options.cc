@@ -16,8 +16,10 @@ template <typename T>
 absl::Status Knob(const char* field, uint64_t value, uint64_t max, T* out) {
   if (value == 0) return absl::OkStatus();
   if (value > max) {
-    return reason::WithReason(absl::InvalidArgumentError(absl::StrCat(field, ": ", value, " is out of range: use 1 to ",
-                                                   max, ", or 0 for the server's default")), reason::kInvalidRequest, {{"field", field}});
+    return reason::WithReason(
+        absl::InvalidArgumentError(absl::StrCat(field, ": ", value, " is out of range: use 1 to ",
+                                                max, ", or 0 for the server's default")),
+        reason::kInvalidRequest, {{"field", field}});
   }
   *out = static_cast<T>(value);
   return absl::OkStatus();
@@ -49,10 +51,12 @@ absl::StatusOr<SessionOptions> SessionOptionsFor(const walfeed::v1::SubscribeReq
   if (const uint32_t ms = request.progress_interval_ms(); ms != 0) {
     const absl::Duration interval = absl::Milliseconds(ms);
     if (interval < kProgressIntervalMin || interval > kProgressIntervalMax) {
-      return reason::WithReason(absl::InvalidArgumentError(absl::StrCat(
-          "progress_interval_ms: ", ms, " is out of range: use ",
-          absl::ToInt64Milliseconds(kProgressIntervalMin), " to ",
-          absl::ToInt64Milliseconds(kProgressIntervalMax), ", or 0 for the server's default")), reason::kInvalidRequest, {{"field", "progress_interval_ms"}});
+      return reason::WithReason(
+          absl::InvalidArgumentError(absl::StrCat(
+              "progress_interval_ms: ", ms, " is out of range: use ",
+              absl::ToInt64Milliseconds(kProgressIntervalMin), " to ",
+              absl::ToInt64Milliseconds(kProgressIntervalMax), ", or 0 for the server's default")),
+          reason::kInvalidRequest, {{"field", "progress_interval_ms"}});
     }
     limits.progress_interval = interval;
   }
@@ -65,9 +69,11 @@ absl::StatusOr<SessionOptions> SessionOptionsFor(const walfeed::v1::SubscribeReq
       options.start_latest = true;
       break;
     default:
-      return reason::WithReason(absl::InvalidArgumentError(
-          absl::StrCat("start: ", request.start(),
-                       " is not a StartPosition (START_POSITION_EARLIEST or _LATEST)")), reason::kInvalidRequest, {{"field", "start"}});
+      return reason::WithReason(
+          absl::InvalidArgumentError(
+              absl::StrCat("start: ", request.start(),
+                           " is not a StartPosition (START_POSITION_EARLIEST or _LATEST)")),
+          reason::kInvalidRequest, {{"field", "start"}});
   }
   return options;
 }

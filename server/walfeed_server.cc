@@ -4,8 +4,8 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
-#include "replication/error_reason.h"
 #include "grpc/health/v1/health.pb.h"
+#include "replication/error_reason.h"
 #include "server/spill/spill_log.h"
 #include "spdlog/spdlog.h"
 
@@ -181,8 +181,10 @@ void WalfeedServer::Shutdown() {
   if (ticker_.joinable()) ticker_.join();
   health_->Shutdown();
   for (const auto& runtime : runtimes_) {
-    runtime->Stop(reason::WithReason(absl::UnavailableError(
-        "walfeed-server is shutting down; resubscribe (your checkpoint is kept)"), reason::kServerStopping));
+    runtime->Stop(reason::WithReason(
+        absl::UnavailableError(
+            "walfeed-server is shutting down; resubscribe (your checkpoint is kept)"),
+        reason::kServerStopping));
   }
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +

@@ -408,8 +408,7 @@ SessionEnd Session::Run(const std::string& start_after) {
                                                      ": the server ended the stream without an error"));
   } else {
     end.status = StatusFromGrpc(final_status, absl::StrCat("Subscribe ", What()));
-    end.kind = IsRetryable(end.status) ? SessionEnd::Kind::kTransient
-                                       : SessionEnd::Kind::kDefinite;
+    end.kind = IsRetryable(end.status) ? SessionEnd::Kind::kTransient : SessionEnd::Kind::kDefinite;
   }
   return end;
 }
@@ -588,9 +587,8 @@ bool Session::SendAck(const EventId& id) {
     drain_deadline_ = absl::Now() + options_.ack_timeout;
     return true;
   }
-  end_ = SessionEnd{IsRetryable(failed) ? SessionEnd::Kind::kTransient
-                                        : SessionEnd::Kind::kDefinite,
-                    failed};
+  end_ = SessionEnd{
+      IsRetryable(failed) ? SessionEnd::Kind::kTransient : SessionEnd::Kind::kDefinite, failed};
   return false;
 }
 

@@ -53,16 +53,16 @@ absl::Status CompleteConnect(PGconn* conn) {
     }
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
-      return absl::UnavailableError(absl::StrCat(
-          "connecting to PostgreSQL: no answer within connect_timeout (",
-          absl::FormatDuration(ConnectTimeout(conn)), ")"));
+      return absl::UnavailableError(
+          absl::StrCat("connecting to PostgreSQL: no answer within connect_timeout (",
+                       absl::FormatDuration(ConnectTimeout(conn)), ")"));
     }
     pollfd fd{PQsocket(conn),
               static_cast<short>(polled == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
-    const int ms = left == absl::InfiniteDuration()
-                       ? -1
-                       : static_cast<int>(std::min<int64_t>(
-                             absl::ToInt64Milliseconds(left) + 1, 60000));
+    const int ms =
+        left == absl::InfiniteDuration()
+            ? -1
+            : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60000));
     const int ready = ::poll(&fd, 1, ms);
     if (ready < 0 && errno != EINTR) {
       return absl::UnavailableError(

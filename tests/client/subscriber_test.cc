@@ -384,8 +384,7 @@ TEST_F(SubscriberTest, AnAbortedTheServerMarksRetryableIsRetriedNotTheOthers) {
     if (call == 1) {
       return WithDetails(grpc::StatusCode::ABORTED, "consumer c was reset", "CONSUMER_RESET", 30);
     }
-    return WithDetails(grpc::StatusCode::ABORTED, "superseded", "SESSION_SUPERSEDED",
-                       std::nullopt);
+    return WithDetails(grpc::StatusCode::ABORTED, "superseded", "SESSION_SUPERSEDED", std::nullopt);
   });
   SubscriberOptions options = Options();
   Observed observed;

@@ -6,6 +6,11 @@
 #define WALFEED_TESTS_SERVER_E2E_HARNESS_H_
 
 #include <fcntl.h>
+#include <google/protobuf/unknown_field_set.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <libpq-fe.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -29,12 +34,6 @@
 #include <thread>
 #include <vector>
 
-#include <google/protobuf/unknown_field_set.h>
-#include <google/protobuf/util/message_differencer.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <libpq-fe.h>
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -44,9 +43,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
-#include "grpc/health/v1/health.pb.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
+#include "grpc/health/v1/health.pb.h"
 #include "gtest/gtest.h"
 #include "replication/event_id.h"
 #include "replication/lsn.h"
@@ -57,7 +56,6 @@
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/wait.h"
 #include "walfeed/v1/change_stream.grpc.pb.h"
-
 
 extern char** environ;  // For posix_spawn of the server binary.
 

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "replication/error_reason.h"
 #include "walfeed/error_details.h"
@@ -81,8 +81,7 @@ TEST(ErrorDetailsTest, AReasonAndItsMetadataTravelInErrorInfo) {
 
 TEST(ErrorDetailsTest, RetryableReasonsCarryTheirDelayAndDefiniteOnesNone) {
   for (absl::string_view name : reason::AllReasons()) {
-    const grpc::Status sent =
-        ToGrpc(reason::WithReason(absl::UnavailableError("x"), name));
+    const grpc::Status sent = ToGrpc(reason::WithReason(absl::UnavailableError("x"), name));
     const Details details = Parse(sent);
     EXPECT_EQ(details.info.reason(), name);
     const std::optional<absl::Duration> delay = RetryDelayFor(name);
@@ -110,10 +109,10 @@ TEST(ErrorDetailsTest, ErrorsMadeWithoutAReasonGetOneFromTheirCode) {
 }
 
 TEST(ErrorDetailsTest, TheClientReadsTheReasonAndTheDelayBack) {
-  const absl::Status received = walfeed::StatusFromGrpc(
-      ToGrpc(reason::WithReason(absl::AbortedError("consumer c was reset"),
-                                reason::kConsumerReset)),
-      "Subscribe");
+  const absl::Status received =
+      walfeed::StatusFromGrpc(ToGrpc(reason::WithReason(absl::AbortedError("consumer c was reset"),
+                                                        reason::kConsumerReset)),
+                              "Subscribe");
   EXPECT_EQ(received.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(received.message(), "Subscribe: consumer c was reset");
   EXPECT_EQ(walfeed::ErrorReason(received), "CONSUMER_RESET");

@@ -275,11 +275,41 @@ TEST_F(ServerE2eTest, NewerSubscribeSupersedesAndFencesTheOlderSession) {
   // An empty session id is the client's mistake, not a superseded session.
   EXPECT_THAT(Ack("c", "", id), GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("session_id")));
   EXPECT_THAT(Ack("c", "", id), HasReason("INVALID_REQUEST", false));
-  EXPECT_THAT(Ack("c", first->session_id(), "0/0:99999999999"), HasReason("INVALID_REQUEST", false));
+  EXPECT_THAT(Ack("c", first->session_id(), "0/0:99999999999"),
+              HasReason("INVALID_REQUEST", false));
 }
 
 // ---------------------------------------------------------------------------
 // 4. Every documented error.
+
+// A store that refuses an ack for good (here: a trigger raising the SQLSTATE of
+// a missing grant) is not "retry forever": the client gets the database's code
+// and a reason without RetryInfo; a transient one would have been UNAVAILABLE.
+TEST_F(ServerE2eTest, AnAckTheCheckpointStoreRefusesForGoodIsNotRetryable) {
+  StartServer(Yaml());
+  std::unique_ptr<Subscription> sub = Subscribe(Request("c"));
+  ASSERT_THAT(pg_->Exec("INSERT INTO orders VALUES (1, 'a', 1, NULL)"), IsOk());
+  ASSERT_TRUE(sub->WaitForEvents(1));
+  const std::string id = sub->events()[0].id();
+  ASSERT_THAT(pg_->Exec(R"sql(
+      CREATE FUNCTION walfeed.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'permission denied for table consumer_checkpoints'
+            USING ERRCODE = 'insufficient_privilege'; END $$;
+      CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON walfeed.consumer_checkpoints
+        FOR EACH ROW EXECUTE FUNCTION walfeed.refuse();)sql"),
+              IsOk());
+  const grpc::Status refused = Ack("c", sub->session_id(), id);
+  EXPECT_THAT(refused, GrpcIs(grpc::StatusCode::PERMISSION_DENIED,
+                              AllOf(HasSubstr("could not store the ack"), HasSubstr("42501"),
+                                    HasSubstr("an operator must fix this"))));
+  EXPECT_THAT(refused, HasReason("CHECKPOINT_WRITE_REFUSED", false));
+
+  // Fixed: the same Ack from the same session goes through.
+  ASSERT_THAT(pg_->Exec("DROP TRIGGER refuse ON walfeed.consumer_checkpoints"), IsOk());
+  AckResponse response;
+  EXPECT_THAT(Ack("c", sub->session_id(), id, &response), GrpcOk());
+  EXPECT_EQ(response.checkpoint(), id);
+}
 
 TEST_F(ServerE2eTest, AckAndSubscribeErrorsAreExact) {
   StartServer(Yaml());

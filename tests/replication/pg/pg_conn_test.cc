@@ -41,7 +41,8 @@ TEST(PgConnUnitTest, ConnectionFailuresAreClassifiedBySqlStateNotWording) {
       "connecting to PostgreSQL");
   EXPECT_THAT(english, StatusIs(absl::StatusCode::kPermissionDenied,
                                 HasSubstr("password authentication failed for user")));
-  EXPECT_THAT(english, StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("(SQLSTATE 28P01)")));
+  EXPECT_THAT(english,
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("(SQLSTATE 28P01)")));
   EXPECT_THAT(std::string(english.message()), Not(HasSubstr("LOCATION")));
   EXPECT_EQ(SqlStateOf(english), "28P01");
 
