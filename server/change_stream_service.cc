@@ -79,8 +79,10 @@ class FailedSubscribe : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                          public SessionListener {
  public:
-  SubscribeReactor(StreamRuntime* runtime, std::shared_ptr<Session> session)
-      : runtime_(runtime), session_(std::move(session)) {
+  SubscribeReactor(StreamRuntime* runtime, std::shared_ptr<Session> session,
+                   ChangeStreamService::SubscribeCount* count)
+      : runtime_(runtime), session_(std::move(session)), count_(count) {
+    count_->Add(1);
     session_->Attach(this);
     Pump();
   }
@@ -106,6 +108,7 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
   void OnDone() override {
     runtime_->Close(session_);
+    count_->Add(-1);  // Its last status was sent.
     delete this;
   }
 
@@ -143,6 +146,7 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
   StreamRuntime* const runtime_;
   const std::shared_ptr<Session> session_;
+  ChangeStreamService::SubscribeCount* const count_;
   absl::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -190,6 +194,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ChangeStreamService::Subscribe(
         absl::InvalidArgumentError("the request is not a walfeed.v1.SubscribeRequest"),
         reason::kInvalidRequest)));
   }
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return new FailedSubscribe(ToGrpc(*stopping_));
+  }
   const walfeed::v1::SubscribeRequest* request = &parsed;
   absl::Status status = Authorize(context, Right::kSubscribe, request->stream());
   if (!status.ok()) return new FailedSubscribe(ToGrpc(status));
@@ -212,7 +220,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ChangeStreamService::Subscribe(
   absl::StatusOr<OpenedSession> opened =
       (*runtime)->Open(request->consumer(), start_after, std::move(*options));
   if (!opened.ok()) return new FailedSubscribe(ToGrpc(opened.status()));
-  return new SubscribeReactor(*runtime, std::move(opened->session));
+  return new SubscribeReactor(*runtime, std::move(opened->session), &subscriptions_);
 }
 
 grpc::ServerUnaryReactor* ChangeStreamService::Ack(grpc::CallbackServerContext* context,
@@ -230,16 +238,15 @@ grpc::ServerUnaryReactor* ChangeStreamService::Ack(grpc::CallbackServerContext* 
     reactor->Finish(ToGrpc(status));
     return reactor;
   }
-  pool_->Run([reactor, request, response, runtime = *runtime, id = *id] {
-    absl::StatusOr<AckOutcome> outcome =
-        runtime->Ack(request->consumer(), request->session_id(), id);
-    if (!outcome.ok()) {
-      reactor->Finish(ToGrpc(outcome.status()));
-      return;
-    }
-    response->set_checkpoint(outcome->checkpoint.ToString());
-    response->set_confirmed_lsn(outcome->confirmed.ToString());
-    reactor->Finish(grpc::Status::OK);
+  const std::optional<UnaryCalls::Id> call = calls_.Open(reactor);
+  if (!call) return reactor;
+  pool_->Run([this, call = *call, consumer = request->consumer(),
+              session_id = request->session_id(), response, runtime = *runtime, id = *id] {
+    absl::StatusOr<AckOutcome> outcome = runtime->Ack(consumer, session_id, id);
+    calls_.Finish(call, ToGrpc(outcome.status()), [&] {
+      response->set_checkpoint(outcome->checkpoint.ToString());
+      response->set_confirmed_lsn(outcome->confirmed.ToString());
+    });
   });
   return reactor;
 }
@@ -257,14 +264,14 @@ grpc::ServerUnaryReactor* ChangeStreamService::RemoveConsumer(
     return reactor;
   }
   // Blocks on the durable delete (and on the consumer's acks in flight).
-  pool_->Run([reactor, request, response, runtime = *runtime] {
-    absl::StatusOr<replication::EventId> checkpoint = runtime->RemoveConsumer(request->consumer());
-    if (!checkpoint.ok()) {
-      reactor->Finish(ToGrpc(checkpoint.status()));
-      return;
-    }
-    if (*checkpoint != replication::EventId{}) response->set_checkpoint(checkpoint->ToString());
-    reactor->Finish(grpc::Status::OK);
+  const std::optional<UnaryCalls::Id> call = calls_.Open(reactor);
+  if (!call) return reactor;
+  pool_->Run([this, call = *call, consumer = request->consumer(), response,
+              runtime = *runtime] {
+    absl::StatusOr<replication::EventId> checkpoint = runtime->RemoveConsumer(consumer);
+    calls_.Finish(call, ToGrpc(checkpoint.status()), [&] {
+      if (*checkpoint != replication::EventId{}) response->set_checkpoint(checkpoint->ToString());
+    });
   });
   return reactor;
 }
@@ -297,20 +304,19 @@ grpc::ServerUnaryReactor* ChangeStreamService::ResetConsumer(
     return reactor;
   }
   // Blocks on the durable write (and on the consumer's acks in flight).
-  pool_->Run([reactor, request, response, runtime = *runtime, to] {
-    absl::StatusOr<StreamRuntime::ResetOutcome> reset =
-        runtime->ResetConsumer(request->consumer(), to);
-    if (!reset.ok()) {
-      reactor->Finish(ToGrpc(reset.status()));
-      return;
-    }
-    if (reset->previous != replication::EventId{}) {
-      response->set_previous_checkpoint(reset->previous.ToString());
-    }
-    if (reset->checkpoint != replication::EventId{}) {
-      response->set_checkpoint(reset->checkpoint.ToString());
-    }
-    reactor->Finish(grpc::Status::OK);
+  const std::optional<UnaryCalls::Id> call = calls_.Open(reactor);
+  if (!call) return reactor;
+  pool_->Run([this, call = *call, consumer = request->consumer(), response, runtime = *runtime,
+              to] {
+    absl::StatusOr<StreamRuntime::ResetOutcome> reset = runtime->ResetConsumer(consumer, to);
+    calls_.Finish(call, ToGrpc(reset.status()), [&] {
+      if (reset->previous != replication::EventId{}) {
+        response->set_previous_checkpoint(reset->previous.ToString());
+      }
+      if (reset->checkpoint != replication::EventId{}) {
+        response->set_checkpoint(reset->checkpoint.ToString());
+      }
+    });
   });
   return reactor;
 }
@@ -350,11 +356,14 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
   for (StreamRuntime* runtime : selected) {
     show_sessions.push_back(Authorize(context, Right::kAdmin, runtime->name()).ok());
   }
-  pool_->Run([reactor, response, selected, show_sessions] {
+  const std::optional<UnaryCalls::Id> call = calls_.Open(reactor);
+  if (!call) return reactor;
+  pool_->Run([this, call = *call, response, selected, show_sessions] {
+    walfeed::v1::GetStatusResponse built;
     for (size_t s = 0; s < selected.size(); ++s) {
       StreamRuntime* runtime = selected[s];
       const RuntimeSnapshot snapshot = runtime->Snapshot();
-      walfeed::v1::StreamStatus* stream = response->add_streams();
+      walfeed::v1::StreamStatus* stream = built.add_streams();
       stream->set_name(snapshot.name);
       stream->set_state(snapshot.state);
       stream->set_error(snapshot.error);
@@ -409,9 +418,32 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
         }
       }
     }
-    reactor->Finish(grpc::Status::OK);
+    calls_.Finish(call, grpc::Status::OK, [&] { response->Swap(&built); });
   });
   return reactor;
+}
+
+void ChangeStreamService::SubscribeCount::Add(int delta) {
+  absl::MutexLock lock(&mu_);
+  live_ += delta;
+}
+
+bool ChangeStreamService::SubscribeCount::AwaitNone(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return live_ == 0; };
+  return mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
+}
+
+bool ChangeStreamService::AwaitSubscriptionsDone(absl::Time deadline) {
+  return subscriptions_.AwaitNone(deadline);
+}
+
+void ChangeStreamService::Stop(const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = why;
+  }
+  calls_.Stop(ToGrpc(why));
 }
 
 }  // namespace walfeed::server

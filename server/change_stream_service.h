@@ -21,6 +21,7 @@
 #include "server/error_details.h"
 #include "server/session_limits.h"
 #include "server/stream_runtime.h"
+#include "server/unary_calls.h"
 #include "server/worker_pool.h"
 #include "walfeed/v1/change_stream.grpc.pb.h"
 
@@ -57,6 +58,24 @@ class ChangeStreamService final : public ChangeStreamBase {
                                           const walfeed::v1::ResetConsumerRequest* request,
                                           walfeed::v1::ResetConsumerResponse* response) override;
 
+  // Every call still being answered, and every later one, ends with `why`
+  // (UNAVAILABLE: the server is stopping), never with gRPC's CANCELLED.
+  void Stop(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // After Stop: waits until every Subscribe call has sent its last status;
+  // false at `deadline` (a client that stopped reading).
+  bool AwaitSubscriptionsDone(absl::Time deadline);
+
+  // Subscribe calls not done yet.
+  class SubscribeCount {
+   public:
+    void Add(int delta) ABSL_LOCKS_EXCLUDED(mu_);
+    bool AwaitNone(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+
+   private:
+    absl::Mutex mu_;
+    int live_ ABSL_GUARDED_BY(mu_) = 0;
+  };
+
  private:
   absl::Status Authorize(grpc::CallbackServerContext* context, Right right,
                          absl::string_view stream) const;
@@ -66,6 +85,10 @@ class ChangeStreamService final : public ChangeStreamBase {
   const TokenAuthorizer* const authorizer_;
   WorkerPool* const pool_;
   const SessionLimits defaults_;
+  UnaryCalls calls_;
+  SubscribeCount subscriptions_;
+  absl::Mutex mu_;
+  std::optional<absl::Status> stopping_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace walfeed::server

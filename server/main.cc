@@ -5,8 +5,9 @@
 // Start-up order: config → credentials → gRPC server listening (health NOT_SERVING
 // per stream) → one StreamRuntime per stream, which provisions, checks its slot
 // and starts reading (server/walfeed_server.h). Shutdown on SIGTERM/SIGINT: health
-// NOT_SERVING, every subscription ends with UNAVAILABLE, readers send a last status
-// update and end the copy cleanly, the gRPC server drains within shutdown_timeout.
+// NOT_SERVING, every call and subscription ends with UNAVAILABLE, the gRPC server
+// drains, readers send a last status update and end the copy cleanly; the process
+// exits within shutdown_timeout whatever PostgreSQL does.
 #include <poll.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -14,8 +15,11 @@
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <thread>
 
+#include "absl/time/clock.h"
 #include "replication/pg/pg_stream_source.h"
 #include "server/config.h"
 #include "server/walfeed_server.h"
@@ -131,6 +135,21 @@ int Run(const Flags& flags) {
   (void)!read(signal_fd, &info, sizeof(info));
   spdlog::info("received {}: shutting down (up to {})", strsignal(info.ssi_signo),
                absl::FormatDuration(grace));
+  // Shutdown answers every client first, then waits on PostgreSQL; a silent
+  // database (or a client that stopped reading) must not hold the process. At
+  // shutdown_timeout it exits anyway: nothing is lost by that, as by any crash:
+  // unacked events are delivered again, and positions not yet confirmed are
+  // read again from the slot.
+  std::thread watchdog([grace] {
+    absl::SleepFor(grace);
+    spdlog::warn("shutdown did not finish within {} (PostgreSQL or a client is not "
+                 "answering): exiting now; nothing is lost, the next start resumes from the "
+                 "stored positions",
+                 absl::FormatDuration(grace));
+    spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
+    std::_Exit(0);
+  });
+  watchdog.detach();
   (*server)->Shutdown();
   return 0;
 }

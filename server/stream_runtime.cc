@@ -141,8 +141,13 @@ void StreamRuntime::DetachLaggard(const std::string& consumer) {
   source_->Wake();  // The buffer may have room again.
 }
 
-void StreamRuntime::Stop(const absl::Status& why) {
+void StreamRuntime::BeginStop(const absl::Status& why) {
   WakeAll(registry_.Stop(why));
+  supervisor_.BeginStop();
+}
+
+void StreamRuntime::Stop(const absl::Status& why) {
+  BeginStop(why);
   supervisor_.Stop();
   if (retention_) retention_->Stop();
 }

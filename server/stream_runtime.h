@@ -93,7 +93,10 @@ class StreamRuntime : public replication::StreamSink {
   const replication::StreamConfig& config() const { return options_.source.config; }
 
   void Start();
-  // Ends every session with `why`, stops the source and joins its thread.
+  // Ends every session with `why` and tells the source to stop, without
+  // waiting for it (shutdown answers clients before it waits on PostgreSQL).
+  void BeginStop(const absl::Status& why);
+  // BeginStop, then joins the source's and the retention worker's threads.
   void Stop(const absl::Status& why);
 
   // Subscribe (ConsumerRegistry::Open). Errors: the stream's failure (DATA_LOSS

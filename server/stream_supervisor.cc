@@ -20,12 +20,16 @@ StreamSupervisor::~StreamSupervisor() { Stop(); }
 
 void StreamSupervisor::Start() { thread_ = std::thread([this] { Main(); }); }
 
-void StreamSupervisor::Stop() {
+void StreamSupervisor::BeginStop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
   source_->Stop();
+}
+
+void StreamSupervisor::Stop() {
+  BeginStop();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -59,7 +59,10 @@ class StreamSupervisor {
   StreamSupervisor& operator=(const StreamSupervisor&) = delete;
 
   void Start();
-  // Stops the source (a clean CopyDone after a last status update) and joins.
+  // Tells the source to stop (a clean CopyDone after a last status update)
+  // without waiting for it.
+  void BeginStop() ABSL_LOCKS_EXCLUDED(mu_);
+  // BeginStop, then joins the source's thread.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the current run and starts over from Prepare (state CONNECTING with
   // `why`): for when what was read can no longer be served (a damaged spill).

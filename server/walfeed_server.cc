@@ -3,6 +3,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
 #include "replication/error_reason.h"
@@ -180,18 +182,26 @@ void WalfeedServer::Shutdown() {
   }
   if (ticker_.joinable()) ticker_.join();
   health_->Shutdown();
-  for (const auto& runtime : runtimes_) {
-    runtime->Stop(reason::WithReason(
-        absl::UnavailableError(
-            "walfeed-server is shutting down; resubscribe (your checkpoint is kept)"),
-        reason::kServerStopping));
-  }
+  const absl::Status stopping = reason::WithReason(
+      absl::UnavailableError("walfeed-server is shutting down; resubscribe (your checkpoint is kept)"),
+      reason::kServerStopping);
+  // Clients first, PostgreSQL last: calls still being answered and sessions
+  // end UNAVAILABLE now, whatever the database does; only then does anything
+  // wait on it (readers ending their copy, acks in flight).
+  if (service_) service_->Stop(stopping);
+  for (const auto& runtime : runtimes_) runtime->BeginStop(stopping);
   if (server_) {
-    server_->Shutdown(std::chrono::system_clock::now() +
-                      absl::ToChronoMilliseconds(config_.shutdown_timeout));
+    // gRPC's drain waits for every client connection to go away, idle ones
+    // included, until its deadline. Once every session has sent its last
+    // status there is nothing left to drain: a short deadline then closes the
+    // idle connections (a unary status still in flight gets those moments).
+    const absl::Time deadline = absl::Now() + config_.shutdown_timeout;
+    if (service_) service_->AwaitSubscriptionsDone(deadline);
+    server_->Shutdown(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(100))));
     server_->Wait();
   }
-  pool_.reset();  // Finishes queued acks before the runtimes go.
+  for (const auto& runtime : runtimes_) runtime->Stop(stopping);
+  pool_.reset();  // Acks in flight land (their calls were answered already).
   spdlog::info("walfeed-server stopped");
 }
 

@@ -53,9 +53,12 @@ class WalfeedServer {
   const ServerConfig& config() const { return config_; }
   StreamRuntime* stream(const std::string& name) const;
 
-  // Health NOT_SERVING, every subscription ends UNAVAILABLE, readers end their
-  // replication connections cleanly, then the gRPC server drains for at most
-  // shutdown_timeout. Idempotent.
+  // Health NOT_SERVING; every call still being answered, every subscription
+  // and every new call ends UNAVAILABLE (reason SERVER_STOPPING); the gRPC
+  // server drains for at most shutdown_timeout; then readers end their
+  // replication connections cleanly and acks in flight land. The last two wait
+  // on PostgreSQL (each libpq call is bounded, see pg_conn.h); walfeed-server's
+  // main bounds the whole by shutdown_timeout. Idempotent.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -1,7 +1,9 @@
 // A PostgreSQL that goes silent (a black-holed network, a frozen host: no reset,
 // no error), against a real PostgreSQL 15 behind a loopback TCP proxy and the
 // in-process server: the stream notices within wal_sender_timeout, reports it
-// (health NOT_SERVING), reconnects once the path heals, and nothing is lost.
+// (health NOT_SERVING), reconnects once the path heals, and nothing is lost;
+// and SIGTERM during the black hole answers every client UNAVAILABLE at once and
+// exits within shutdown_timeout.
 #include "tests/chaos/tcp_proxy.h"
 #include "tests/server/e2e_harness.h"
 
@@ -53,6 +55,60 @@ TEST_F(SilentDbE2eTest, ABlackHoleIsNoticedWithinTheSenderTimeoutAndNothingIsLos
   for (int i = 0; i < 10; ++i) EXPECT_EQ(ids[i], absl::StrCat(6 + i));
   EXPECT_TRUE(
       WaitUntil([&] { return HealthOf(health) == HealthCheckResponse::SERVING; }, kDeadline));
+}
+
+// The walfeed-server process, SIGTERM'd while PostgreSQL is black-holed and an
+// Ack waits on it: the subscription and the Ack end UNAVAILABLE (never
+// CANCELLED), and the process exits within shutdown_timeout, not when the
+// database answers (it never does here) or TCP gives up (30 s).
+TEST_F(SilentDbE2eTest, SigtermDuringABlackHoleExitsWithinTheShutdownTimeout) {
+  // The reader must not notice the silence first: this is shutdown's bound.
+  ASSERT_THAT(pg_->Exec("ALTER SYSTEM SET wal_sender_timeout = '60s'"), IsOk());
+  ASSERT_THAT(pg_->Exec("SELECT pg_reload_conf()"), IsOk());
+  absl::StatusOr<std::unique_ptr<chaos::TcpProxy>> proxy = chaos::TcpProxy::Start();
+  ASSERT_THAT(proxy, IsOk());
+  (*proxy)->SetUpstream(pg_->port());
+  const std::string conninfo =
+      absl::StrCat(pg_->ConnInfo(), " host=127.0.0.1 port=", (*proxy)->port());
+  constexpr absl::Duration kShutdownTimeout = absl::Seconds(2);  // As configured.
+  const std::string config = dir_ + "/walfeed.yaml";
+  {
+    std::ofstream out(config);
+    out << "listen: \"127.0.0.1:0\"\nplaintext: true\nshutdown_timeout: 2s\nstreams:\n  - name: "
+        << kStream << "\n    conninfo: \"" << conninfo << "\"\n    slot: " << kSlot
+        << "\n    publications: [" << kSlot
+        << "]\n    tables: [public.orders]\n    create_missing: true\n";
+  }
+  ServerProcess process(config, dir_ + "/server.log");
+  const int port = process.WaitForPort();
+  ASSERT_GT(port, 0) << process.Log();
+  Connect(port);
+  std::unique_ptr<Subscription> sub = Subscribe(Request("c"));
+  InsertTransactions(1, 3);
+  ASSERT_TRUE(sub->WaitForEvents(3));
+  AckOk(*sub, "c", sub->events()[0].id());
+
+  (*proxy)->Stall(chaos::TcpProxy::kBoth, absl::Now() + absl::Seconds(120));
+  // An ack that must reach PostgreSQL to be answered, sent before the signal.
+  grpc::Status ack_status;
+  std::thread ack([&] { ack_status = Ack("c", sub->session_id(), sub->events()[2].id()); });
+  const absl::Time term = absl::Now();
+  process.Signal(SIGTERM);
+  ASSERT_TRUE(sub->WaitForEnd());
+  EXPECT_THAT(*sub->status(), GrpcIs(grpc::StatusCode::UNAVAILABLE, HasSubstr("shutting down")));
+  EXPECT_THAT(*sub->status(), HasReason("SERVER_STOPPING", true));
+  const std::optional<int> exit_status =
+      process.WaitForExit(kShutdownTimeout + absl::Seconds(4));
+  const absl::Duration took = absl::Now() - term;
+  ack.join();
+  ASSERT_TRUE(exit_status.has_value())
+      << "still running " << absl::FormatDuration(took) << " after SIGTERM\n"
+      << process.Log();
+  EXPECT_TRUE(WIFEXITED(*exit_status) && WEXITSTATUS(*exit_status) == 0) << *exit_status;
+  EXPECT_THAT(ack_status, GrpcIs(grpc::StatusCode::UNAVAILABLE, HasSubstr("shutting down")));
+  EXPECT_THAT(ack_status, HasReason("SERVER_STOPPING", true));
+  std::cout << "walfeed-server exited " << absl::FormatDuration(took)
+            << " after SIGTERM during a black hole\n";
 }
 
 }  // namespace
