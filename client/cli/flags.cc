@@ -23,7 +23,10 @@ constexpr char kCommonHelp[] =
     "  --tls-key FILE         its private key (PEM)\n"
     "  --tls-server-name NAME verify the server's certificate for NAME\n"
     "  --token-file FILE      bearer token (first line); default: $WALFEED_TOKEN\n"
-    "  --help                 this help\n";
+    "  --help                 this help\n"
+    "A server that cannot be reached is reported in one line: what happened (connection\n"
+    "refused, TLS handshake failed, ...) and what to check. Set GRPC_VERBOSITY (e.g.\n"
+    "DEBUG) to see gRPC's own log as well.\n";
 
 constexpr char kExitHelp[] =
     "Exit codes: 0 ok; 1 runtime error; 2 usage error (or the server rejected an\n"
@@ -200,7 +203,10 @@ std::string TailUsage() {
       "  --start-after ID       start after ID instead of the checkpoint (at or beyond it)\n"
       "  --format json|text     json (default): see below; text: \"<id> <OP> <table> col='v' ...\"\n"
       "  --timeout SECONDS      give up after this long (exit 1 if it never subscribed or\n"
-      "                         --count/--until was not reached, 0 otherwise)\n"
+      "                         --count/--until was not reached, 0 otherwise). Until then\n"
+      "                         a server that cannot be reached is retried (each 'waiting:'\n"
+      "                         line says why); TLS flags the server cannot work with end\n"
+      "                         the tail at once (exit 1)\n"
       "  --batch N              at most N events per server batch\n"
       "\n"
       "JSON fields: id, commit_lsn (X/Y text), index, xid, commit_time, op, schema, table,\n"
@@ -223,7 +229,9 @@ std::string StatusUsage() {
       "  --stream S             only this stream (default: every stream you may see)\n"
       "  --format table|json    table (default), or the GetStatusResponse as one JSON\n"
       "                         object (proto3 JSON names; 64-bit numbers as strings)\n"
-      "  --timeout SECONDS      how long to wait for the server (default 30)\n"
+      "  --timeout SECONDS      how long to wait for the answer (default 30); a server\n"
+      "                         that refuses the connection or fails the handshake is\n"
+      "                         reported after about a second\n"
       "\n",
       kCommonHelp, "\n", kExitHelp);
 }
@@ -244,7 +252,9 @@ std::string RemoveConsumerUsage() {
       "  --stream S             the stream (required)\n"
       "  --consumer C           the consumer to forget (required)\n"
       "  --yes                  required: confirms that C's unacked changes may be lost\n"
-      "  --timeout SECONDS      how long to wait for the server (default 30)\n"
+      "  --timeout SECONDS      how long to wait for the answer (default 30); a server\n"
+      "                         that refuses the connection or fails the handshake is\n"
+      "                         reported after about a second\n"
       "\n",
       kCommonHelp, "\n", kExitHelp);
 }
@@ -266,7 +276,9 @@ std::string ResetConsumerUsage() {
       "  --to ID                the event id to move to (X/Y:N)\n"
       "  --to-head              instead: the newest event the server holds\n"
       "  --yes                  required: confirms that C skips the events in between\n"
-      "  --timeout SECONDS      how long to wait for the server (default 30)\n"
+      "  --timeout SECONDS      how long to wait for the answer (default 30); a server\n"
+      "                         that refuses the connection or fails the handshake is\n"
+      "                         reported after about a second\n"
       "\n",
       kCommonHelp, "\n", kExitHelp);
 }

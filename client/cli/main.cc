@@ -5,16 +5,27 @@
 // calls ResetConsumer.
 // Flags, output formats and exit codes: client/cli/flags.h, client/cli/format.h,
 // `walfeed --help`.
+//
+// A server it cannot reach is reported in one line that says what happened and
+// what to check (client/cli/connect.h): the one-shot commands wait for the
+// connection first — kConnectGrace while connecting fails, their --timeout
+// while it is merely slow — and `tail` explains each failed reconnect, ending at
+// once when its own TLS settings cannot work with the server. gRPC's own log
+// lines are not printed unless GRPC_VERBOSITY or GRPC_TRACE asks for them.
+#include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "client/cli/connect.h"
 #include "client/cli/flags.h"
 #include "client/cli/format.h"
 #include "walfeed/subscriber.h"
@@ -72,6 +84,34 @@ int Fail(const absl::Status& status) {
   return ExitCodeFor(status);
 }
 
+// How long a one-shot command keeps trying while connecting fails (refused,
+// handshake rejected): a server that is just starting gets this long to listen.
+constexpr absl::Duration kConnectGrace = absl::Seconds(1);
+// The first reconnect delay of their channel, so that kConnectGrace holds
+// several attempts.
+constexpr absl::Duration kConnectRetry = absl::Milliseconds(100);
+// How long the CLI's own TCP connect may take when it explains a failure.
+constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+
+// gRPC writes connection and handshake errors to stderr itself ("E1202 ...
+// ssl_transport_security.cc:1501] Handshake failed ..."), once per attempt; the
+// CLI says what failed in one line of its own instead. Setting GRPC_VERBOSITY
+// or GRPC_TRACE brings gRPC's log back, for debugging.
+void DropGrpcLog(gpr_log_func_args*) {}
+
+void QuietGrpcLog() {
+  if (std::getenv("GRPC_VERBOSITY") == nullptr && std::getenv("GRPC_TRACE") == nullptr) {
+    gpr_set_log_function(DropGrpcLog);
+  }
+}
+
+// Why the connection to common.server could not be made, in one line;
+// `grpc_error` is the failed call's message ("" if it ran out of time).
+ConnectFailure ExplainConnectFailure(const CommonFlags& common, absl::string_view grpc_error) {
+  const Probe probe = ProbeEndpoint(ParseTarget(common.server), kProbeTimeout);
+  return DescribeConnectFailure(common.server, common.tls, probe, grpc_error);
+}
+
 // Stops the running `tail` from a signal or the --timeout watchdog. A stop that
 // comes before the Subscriber exists (or after it is gone) is remembered or
 // dropped, never delivered to a dangling pointer.
@@ -113,11 +153,18 @@ void StopOnSignals() {
   }).detach();  // Lives until the process exits.
 }
 
-// `*reached`: --count or --until was reached; `*subscribed`: a session started.
-int Tail(const TailFlags& flags, bool* reached, std::atomic<bool>* subscribed) {
+// `*reached`: --count or --until was reached; `*subscribed`: a session started;
+// `*unreachable`: why the last attempt could not connect ("" if it could).
+int Tail(const TailFlags& flags, bool* reached, std::atomic<bool>* subscribed,
+         std::string* unreachable) {
   absl::StatusOr<SubscriberOptions> connection = Connection(flags.common);
   if (!connection.ok()) return Fail(connection.status());
   SubscriberOptions options = *std::move(connection);
+  // The Subscriber's own channel, dialed here so that a failed attempt can be
+  // told from a server that answered (the channel is not connected).
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(options);
+  if (!channel.ok()) return Fail(channel.status());
+  options.channel = *channel;
   options.stream = flags.stream;
   options.consumer = flags.consumer;
   options.tables = flags.tables;
@@ -143,10 +190,27 @@ int Tail(const TailFlags& flags, bool* reached, std::atomic<bool>* subscribed) {
               << session.session_id << ", checkpoint "
               << (session.checkpoint.empty() ? "none" : session.checkpoint) << ")" << std::endl;
   };
-  options.on_retry = [](const absl::Status& why, absl::Duration delay) {
-    std::cerr << "waiting: " << why.message() << " (retrying in "
-              << absl::FormatDuration(absl::Trunc(delay, absl::Milliseconds(1)))
-              << ")" << std::endl;
+  // Set when the first connection fails in a way no retry can fix.
+  std::optional<std::string> hopeless;
+  options.on_retry = [&flags, subscribed, unreachable, &hopeless, channel = *channel](
+                         const absl::Status& why, absl::Duration delay) {
+    std::string reason(why.message());
+    unreachable->clear();
+    if (channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      const ConnectFailure failure = ExplainConnectFailure(flags.common, why.message());
+      if (failure.definite && !*subscribed) {
+        // The client's TLS settings cannot work with this server: say so now
+        // rather than retry until --timeout (or forever).
+        hopeless = failure.message;
+        StopSwitch::Get().Request();
+        return;
+      }
+      // After a session, a handshake failure is not about the flags (they
+      // worked): a proxy with no server behind it, say. gRPC's words then.
+      if (!(failure.handshake && *subscribed)) reason = *unreachable = failure.message;
+    }
+    std::cerr << "waiting: " << reason << "; retrying in "
+              << absl::FormatDuration(absl::Trunc(delay, absl::Milliseconds(1))) << std::endl;
   };
 
   Subscriber subscriber(options);
@@ -187,6 +251,7 @@ int Tail(const TailFlags& flags, bool* reached, std::atomic<bool>* subscribed) {
   });
   StopSwitch::Get().Register(nullptr);
   *reached = finished;
+  if (hopeless) return Fail(absl::UnavailableError(*hopeless));
   if (!run.ok()) return Fail(run);
   return kExitOk;  // Also when stdout was closed: the reader had enough.
 }
@@ -194,7 +259,10 @@ int Tail(const TailFlags& flags, bool* reached, std::atomic<bool>* subscribed) {
 int TailWithTimeout(const TailFlags& flags) {
   bool reached = false;
   std::atomic<bool> subscribed{false};
-  if (flags.timeout == absl::InfiniteDuration()) return Tail(flags, &reached, &subscribed);
+  std::string unreachable;
+  if (flags.timeout == absl::InfiniteDuration()) {
+    return Tail(flags, &reached, &subscribed, &unreachable);
+  }
   absl::Notification done;
   std::atomic<bool> timed_out{false};
   std::thread watchdog([&] {
@@ -203,14 +271,17 @@ int TailWithTimeout(const TailFlags& flags) {
       StopSwitch::Get().Request();
     }
   });
-  int code = Tail(flags, &reached, &subscribed);
+  int code = Tail(flags, &reached, &subscribed, &unreachable);
   done.Notify();
   watchdog.join();
   if (code == kExitOk && timed_out && !subscribed) {
     // The server never let us in (down, unreachable, the stream still
     // connecting): a timeout without a subscription is a failure, not quiet.
     std::cerr << "walfeed: timed out after " << absl::FormatDuration(flags.timeout)
-              << " without subscribing (see the 'waiting:' lines above for why)" << std::endl;
+              << " without subscribing"
+              << (unreachable.empty() ? " (see the 'waiting:' lines above for why)"
+                                      : ": " + unreachable)
+              << std::endl;
     return kExitRuntime;
   }
   if (code == kExitOk && timed_out && !reached && (flags.count > 0 || flags.until)) {
@@ -221,32 +292,74 @@ int TailWithTimeout(const TailFlags& flags) {
   return code;
 }
 
-// One unary call's stub and context: the deadline, wait-for-ready (a server that
-// is still starting is waited for, within the timeout) and the bearer token.
+// One unary call: its channel, stub and context (deadline, bearer token).
+// PrepareCall connects the channel first. Connecting that fails (refused, a
+// rejected handshake) is retried for kConnectGrace, so that a server that is
+// just starting can begin to listen; connecting that is merely slow is waited
+// for until the deadline. Once connected, the call waits for ready within the
+// deadline (a connection that drops is made again). Not connected, the call is
+// made fail-fast: it ends at once with gRPC's reason, which CallError turns
+// into one line that says what to check.
 struct UnaryCall {
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<walfeed::v1::ChangeStream::Stub> stub;
   grpc::ClientContext context;
+  bool connected = false;
 };
+
+// True once `channel` is READY; false while connecting still fails at
+// `give_up`, or has not finished at `deadline`.
+bool WaitForConnection(grpc::Channel& channel, absl::Time give_up, absl::Time deadline) {
+  for (;;) {
+    const grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) return true;
+    const bool failing = state == GRPC_CHANNEL_TRANSIENT_FAILURE;
+    const absl::Time now = absl::Now();
+    if (now >= deadline || (failing && now >= give_up)) return false;
+    channel.WaitForStateChange(
+        state, absl::ToChronoTime(failing ? std::min(give_up, deadline) : deadline));
+  }
+}
 
 absl::Status PrepareCall(const CommonFlags& common, absl::Duration timeout, UnaryCall* call) {
   absl::StatusOr<SubscriberOptions> options = Connection(common);
   if (!options.ok()) return options.status();
+  options->backoff.base = kConnectRetry;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(*options);
   if (!channel.ok()) return channel.status();
-  call->stub = walfeed::v1::ChangeStream::NewStub(*channel);
-  call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  call->context.set_wait_for_ready(true);
+  call->channel = *channel;
+  call->stub = walfeed::v1::ChangeStream::NewStub(call->channel);
+  const absl::Time start = absl::Now();
+  absl::Time deadline = start + timeout;
+  call->connected =
+      WaitForConnection(*call->channel, start + std::min(kConnectGrace, timeout), deadline);
+  if (!call->connected &&
+      call->channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+    // The fail-fast call ends at once with the reason; a --timeout shorter
+    // than kConnectGrace must not cut it off before.
+    deadline = std::max(deadline, absl::Now() + kProbeTimeout);
+  }
+  call->context.set_deadline(absl::ToChronoTime(deadline));
+  call->context.set_wait_for_ready(call->connected);
   if (!options->bearer_token.empty()) {
     call->context.AddMetadata("authorization", "Bearer " + options->bearer_token);
   }
   return absl::OkStatus();
 }
 
-// A failed call as a status naming the RPC and the server.
-absl::Status CallError(const grpc::Status& status, absl::string_view rpc,
-                       const std::string& server) {
+// A failed call as a status naming the RPC and the server, or, when the channel
+// never connected, why it could not.
+absl::Status CallError(const grpc::Status& status, absl::string_view rpc, const CommonFlags& common,
+                       const UnaryCall& call) {
+  const bool unavailable = status.error_code() == grpc::StatusCode::UNAVAILABLE;
+  if (!call.connected &&
+      (unavailable || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) &&
+      call.channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+    return absl::UnavailableError(
+        ExplainConnectFailure(common, unavailable ? status.error_message() : "").message);
+  }
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(rpc, " on ", server, ": ", status.error_message()));
+                      absl::StrCat(rpc, " on ", common.server, ": ", status.error_message()));
 }
 
 int Status(const StatusFlags& flags) {
@@ -258,7 +371,7 @@ int Status(const StatusFlags& flags) {
   request.set_stream(flags.stream);
   walfeed::v1::GetStatusResponse response;
   const grpc::Status status = call.stub->GetStatus(&call.context, request, &response);
-  if (!status.ok()) return Fail(CallError(status, "GetStatus", flags.common.server));
+  if (!status.ok()) return Fail(CallError(status, "GetStatus", flags.common, call));
   std::cout << (flags.json ? StatusJson(response) : StatusTable(response)) << std::flush;
   return kExitOk;
 }
@@ -273,7 +386,7 @@ int RemoveConsumer(const RemoveConsumerFlags& flags) {
   request.set_consumer(flags.consumer);
   walfeed::v1::RemoveConsumerResponse response;
   const grpc::Status status = call.stub->RemoveConsumer(&call.context, request, &response);
-  if (!status.ok()) return Fail(CallError(status, "RemoveConsumer", flags.common.server));
+  if (!status.ok()) return Fail(CallError(status, "RemoveConsumer", flags.common, call));
   std::cout << "removed consumer " << flags.consumer << " of stream " << flags.stream
             << " (its checkpoint was "
             << (response.checkpoint().empty() ? "none" : response.checkpoint()) << ")"
@@ -293,7 +406,7 @@ int ResetConsumer(const ResetConsumerFlags& flags) {
   request.set_to_head(flags.to_head);
   walfeed::v1::ResetConsumerResponse response;
   const grpc::Status status = call.stub->ResetConsumer(&call.context, request, &response);
-  if (!status.ok()) return Fail(CallError(status, "ResetConsumer", flags.common.server));
+  if (!status.ok()) return Fail(CallError(status, "ResetConsumer", flags.common, call));
   std::cout << "reset consumer " << flags.consumer << " of stream " << flags.stream << " from "
             << (response.previous_checkpoint().empty() ? "none" : response.previous_checkpoint())
             << " to " << (response.checkpoint().empty() ? "none" : response.checkpoint())
@@ -311,6 +424,7 @@ int Main(int argc, char** argv) {
               << "`" << std::endl;
     return kExitUsage;
   }
+  QuietGrpcLog();
   switch (invocation->command) {
     case Command::kHelp:
       std::cout << invocation->help;

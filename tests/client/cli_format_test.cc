@@ -1,13 +1,21 @@
 // The `walfeed` CLI's pure parts: the JSON string escaper, one-line JSON and
 // text per event (checked exactly and by parsing the JSON back with protobuf's
-// JSON parser), the status table, flag parsing and exit codes.
+// JSON parser), the status table, flag parsing and exit codes, and the
+// explanation of a failed connection (targets parsed, gRPC's reasons and the
+// CLI's own TCP probe turned into one line; the probe against loopback sockets).
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "client/cli/connect.h"
 #include "client/cli/flags.h"
 #include "client/cli/format.h"
 #include "gmock/gmock.h"
@@ -19,6 +27,7 @@ namespace {
 
 using ::google::protobuf::Struct;
 using ::google::protobuf::Value;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::walfeed::testing::IsOk;
@@ -404,6 +413,199 @@ TEST(FlagsTest, ExitCodes) {
   EXPECT_EQ(ExitCodeFor(absl::NotFoundError("x")), 4);
   EXPECT_EQ(ExitCodeFor(absl::PermissionDeniedError("x")), 4);
   EXPECT_EQ(ExitCodeFor(absl::UnauthenticatedError("x")), 4);
+}
+
+// ---------------------------------------------------------------------------
+// Explaining a failed connection (client/cli/connect.h).
+
+TEST(ParseTargetTest, FindsHostAndPortInTheTargetsGrpcAccepts) {
+  auto endpoint = [](const std::string& target) {
+    std::optional<Endpoint> parsed = ParseTarget(target);
+    if (!parsed) return std::string("none");
+    if (!parsed->unix_path.empty()) return absl::StrCat("unix ", parsed->unix_path);
+    return absl::StrCat(parsed->host, " ", parsed->port);
+  };
+  EXPECT_EQ(endpoint("127.0.0.1:50051"), "127.0.0.1 50051");
+  EXPECT_EQ(endpoint("walfeed.internal:7"), "walfeed.internal 7");
+  EXPECT_EQ(endpoint("walfeed.internal"), "walfeed.internal 443");  // gRPC's default port.
+  EXPECT_EQ(endpoint("[::1]:50051"), "::1 50051");
+  EXPECT_EQ(endpoint("[::1]"), "::1 443");
+  EXPECT_EQ(endpoint("::1"), "::1 443");
+  EXPECT_EQ(endpoint("dns:///walfeed:50051"), "walfeed 50051");
+  EXPECT_EQ(endpoint("dns://8.8.8.8/walfeed:50051"), "walfeed 50051");
+  EXPECT_EQ(endpoint("dns:walfeed:50051"), "walfeed 50051");
+  EXPECT_EQ(endpoint("ipv4:10.0.0.1:1,10.0.0.2:2"), "10.0.0.1 1");
+  EXPECT_EQ(endpoint("ipv6:[::1]:3"), "::1 3");
+  EXPECT_EQ(endpoint("unix:/run/walfeed.sock"), "unix /run/walfeed.sock");
+  EXPECT_EQ(endpoint("unix:///run/walfeed.sock"), "unix /run/walfeed.sock");
+  EXPECT_EQ(endpoint("unix:relative.sock"), "unix relative.sock");
+  for (const char* unusable : {"", ":50051", "host:", "[::1", "[::1]x", "xds:///walfeed",
+                               "unix-abstract:walfeed", "vsock:3:50051", "unix:", "dns://x"}) {
+    EXPECT_EQ(endpoint(unusable), "none") << unusable;
+  }
+}
+
+// gRPC 1.51's messages for each failure, as a fail-fast call reports them.
+constexpr char kGrpcRefused[] =
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5999: Failed to "
+    "connect to remote host: Connection refused";
+constexpr char kGrpcWrongVersion[] =
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5901: Ssl "
+    "handshake failed: SSL_ERROR_SSL: error:0A00010B:SSL routines::wrong version number";
+constexpr char kGrpcUntrusted[] =
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5902: Ssl "
+    "handshake failed: SSL_ERROR_SSL: error:0A000086:SSL routines::certificate verify failed";
+constexpr char kGrpcPeerName[] =
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5902: Peer name "
+    "127.0.0.1 is not in peer certificate";
+constexpr char kGrpcClosed[] =
+    "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:5902: Socket "
+    "closed";
+
+ConnectFailure Describe(bool tls, Probe::Result result, const std::string& grpc_error,
+                        const std::string& detail = "") {
+  return DescribeConnectFailure("db:5", tls, Probe{result, detail}, grpc_error);
+}
+
+TEST(DescribeConnectFailureTest, NothingListeningIsSaidWithoutGrpcWords) {
+  using R = Probe::Result;
+  EXPECT_EQ(Describe(false, R::kRefused, kGrpcRefused).message,
+            "cannot connect to db:5: connection refused (is walfeed-server running there?)");
+  // The probe decides, whatever gRPC said and whether TLS was on.
+  EXPECT_EQ(Describe(true, R::kRefused, "").message,
+            "cannot connect to db:5: connection refused (is walfeed-server running there?)");
+  EXPECT_EQ(Describe(false, R::kRefused, kGrpcRefused, "no socket at that path").message,
+            "cannot connect to db:5: no socket at that path (is walfeed-server running there?)");
+  EXPECT_EQ(
+      Describe(false, R::kNoSuchHost, "DNS resolution failed", "name or service not known").message,
+      "cannot connect to db:5: no such host: name or service not known (check the host "
+      "name in --server)");
+  EXPECT_EQ(Describe(false, R::kUnreachable, "x", "no route to host").message,
+            "cannot connect to db:5: no route to host (check the address in --server and the "
+            "network)");
+  EXPECT_THAT(Describe(false, R::kTimedOut, "").message,
+              HasSubstr("cannot connect to db:5: no answer (is the address right?"));
+  // A target the CLI cannot probe: gRPC's reason, without its framing.
+  EXPECT_EQ(Describe(false, R::kNotProbed, kGrpcRefused).message,
+            "cannot connect to db:5: connection refused (is walfeed-server running there?)");
+  EXPECT_EQ(Describe(false, R::kNotProbed,
+                     "failed to connect to all addresses; last error: "
+                     "UNKNOWN: unix-abstract:x: No such device")
+                .message,
+            "cannot connect to db:5: No such device");
+  for (R result : {R::kRefused, R::kNoSuchHost, R::kUnreachable, R::kTimedOut, R::kNotProbed}) {
+    EXPECT_FALSE(Describe(true, result, kGrpcRefused).definite) << "a server may still come";
+    EXPECT_FALSE(Describe(true, result, kGrpcRefused).handshake);
+  }
+}
+
+TEST(DescribeConnectFailureTest, HandshakeFailuresNameTlsAndTheFlagToCheck) {
+  using R = Probe::Result;
+  const ConnectFailure not_tls = Describe(true, R::kConnected, kGrpcWrongVersion);
+  EXPECT_EQ(not_tls.message,
+            "cannot connect to db:5: TLS handshake failed: wrong version number (the server does "
+            "not seem to use TLS: drop --tls and the --tls-* flags, or turn TLS on in the server)");
+  EXPECT_TRUE(not_tls.definite);
+
+  const ConnectFailure untrusted = Describe(true, R::kConnected, kGrpcUntrusted);
+  EXPECT_THAT(untrusted.message,
+              HasSubstr("TLS handshake failed: certificate verify failed (the server's "
+                        "certificate is not trusted: pass the CA that signed it with --tls-ca"));
+  EXPECT_TRUE(untrusted.definite);
+
+  const ConnectFailure other_name = Describe(true, R::kConnected, kGrpcPeerName);
+  EXPECT_THAT(other_name.message,
+              HasSubstr("TLS handshake failed: the server's certificate is not valid for "
+                        "\"127.0.0.1\" (connect by a name it is valid for, or pass that name with "
+                        "--tls-server-name NAME)"));
+  EXPECT_TRUE(other_name.definite);
+
+  // TLS to a server that hangs up: mutual TLS without a client certificate (or
+  // a proxy with nothing behind it), so not definite.
+  const ConnectFailure closed = Describe(true, R::kConnected, kGrpcClosed);
+  EXPECT_THAT(closed.message, AllOf(HasSubstr("TLS handshake failed: the server closed the "
+                                              "connection"),
+                                    HasSubstr("--tls-cert and --tls-key")));
+  EXPECT_FALSE(closed.definite);
+
+  // Plaintext to a TLS server: it hangs up on the HTTP/2 preface.
+  const ConnectFailure plaintext = Describe(false, R::kConnected, kGrpcClosed);
+  EXPECT_EQ(plaintext.message,
+            "cannot connect to db:5: the server closed the connection during the handshake "
+            "(does it use TLS? then add --tls, or --tls-ca FILE)");
+  EXPECT_FALSE(plaintext.definite);
+  EXPECT_TRUE(plaintext.handshake);
+  EXPECT_TRUE(not_tls.handshake);
+  EXPECT_TRUE(closed.handshake);
+  EXPECT_THAT(
+      Describe(false, R::kConnected, "last error: UNKNOWN: ipv4:1.2.3.4:5: bad frame").message,
+      HasSubstr("the gRPC handshake failed: bad frame (does the server use TLS?"));
+
+  // Connected, but the handshake had not finished when the time was up.
+  EXPECT_THAT(Describe(true, R::kConnected, "").message,
+              HasSubstr("the TLS handshake did not finish in time"));
+  EXPECT_THAT(Describe(false, R::kConnected, "").message, HasSubstr("did not answer gRPC in time"));
+
+  // An unknown TLS reason is passed on, shortened to OpenSSL's words.
+  EXPECT_THAT(Describe(true, R::kConnected,
+                       "last error: UNKNOWN: ipv4:1.2.3.4:5: Ssl handshake failed: "
+                       "SSL_ERROR_SSL: error:0A000410:SSL routines::sslv3 alert handshake failure")
+                  .message,
+              HasSubstr("TLS handshake failed: sslv3 alert handshake failure (does the server use "
+                        "TLS? check --tls, --tls-ca and --tls-server-name)"));
+}
+
+TEST(DescribeConnectFailureTest, IsOneLine) {
+  EXPECT_EQ(Describe(false, Probe::Result::kNotProbed, "first\nsecond\r\nthird").message,
+            "cannot connect to db:5: first second third");
+}
+
+// A loopback TCP socket: bound, and listening if asked.
+class LoopbackSocket {
+ public:
+  explicit LoopbackSocket(bool listening) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0 ||
+        (listening && listen(fd_, 4) != 0)) {
+      return;
+    }
+    port_ = ntohs(address.sin_port);
+  }
+  ~LoopbackSocket() {
+    if (fd_ >= 0) close(fd_);
+  }
+  LoopbackSocket(const LoopbackSocket&) = delete;
+  LoopbackSocket& operator=(const LoopbackSocket&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST(ProbeEndpointTest, TellsAListeningPortFromAClosedOne) {
+  LoopbackSocket listening(true);
+  LoopbackSocket closed(false);
+  ASSERT_GT(listening.port(), 0);
+  ASSERT_GT(closed.port(), 0);
+  EXPECT_EQ(
+      ProbeEndpoint(ParseTarget(absl::StrCat("127.0.0.1:", listening.port())), absl::Seconds(10))
+          .result,
+      Probe::Result::kConnected);
+  EXPECT_EQ(ProbeEndpoint(ParseTarget(absl::StrCat("127.0.0.1:", closed.port())), absl::Seconds(10))
+                .result,
+            Probe::Result::kRefused);
+  const Probe no_socket =
+      ProbeEndpoint(ParseTarget("unix:/nonexistent-walfeed-dir/walfeed.sock"), absl::Seconds(10));
+  EXPECT_EQ(no_socket.result, Probe::Result::kRefused);
+  EXPECT_EQ(no_socket.detail, "no socket at that path");
+  EXPECT_EQ(ProbeEndpoint(ParseTarget("xds:///walfeed"), absl::Seconds(10)).result,
+            Probe::Result::kNotProbed);
 }
 
 }  // namespace
