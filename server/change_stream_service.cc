@@ -158,8 +158,12 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
 ChangeStreamService::ChangeStreamService(std::map<std::string, StreamRuntime*> streams,
                                          const TokenAuthorizer* authorizer, WorkerPool* pool,
-                                         SessionLimits defaults)
-    : streams_(std::move(streams)), authorizer_(authorizer), pool_(pool), defaults_(defaults) {}
+                                         WorkerPool* status_pool, SessionLimits defaults)
+    : streams_(std::move(streams)),
+      authorizer_(authorizer),
+      pool_(pool),
+      status_pool_(status_pool),
+      defaults_(defaults) {}
 
 absl::Status ChangeStreamService::Authorize(grpc::CallbackServerContext* context, Right right,
                                             absl::string_view stream) const {
@@ -358,7 +362,12 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
   }
   const std::optional<UnaryCalls::Id> call = calls_.Open(reactor);
   if (!call) return reactor;
-  pool_->Run([this, call = *call, response, selected, show_sessions] {
+  // On its own pool: a client polling status hard, or a database slow to
+  // answer the slot query, must not hold the workers acks wait on.
+  status_pool_->Run([this, call = *call, response, selected, show_sessions] {
+    // Every stream's slot read starts now; each waits for the same deadline.
+    for (StreamRuntime* runtime : selected) runtime->WantSlot();
+    const absl::Time deadline = absl::Now() + kSlotReadWait;
     walfeed::v1::GetStatusResponse built;
     for (size_t s = 0; s < selected.size(); ++s) {
       StreamRuntime* runtime = selected[s];
@@ -371,7 +380,26 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       walfeed::v1::SlotInfo* slot = stream->mutable_slot();
       slot->set_name(snapshot.slot_name);
       Lsn server_lsn = snapshot.server_wal_end;
-      absl::StatusOr<replication::SlotReport> report = runtime->ReadSlot();
+      const SlotMonitor::View view = runtime->SlotView(deadline);
+      if (view.report) {
+        const int64_t micros = absl::ToUnixMicros(view.read_at);
+        stream->mutable_slot_read_at()->set_seconds(micros / 1000000);
+        stream->mutable_slot_read_at()->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
+      }
+      if (!view.fresh && stream->error().empty()) {
+        stream->set_error(absl::StrCat(
+            "PostgreSQL did not answer the slot query within ",
+            absl::FormatDuration(kSlotReadWait),
+            view.report ? absl::StrCat("; the slot figures are from ",
+                                       absl::FormatDuration(absl::Trunc(
+                                           absl::Now() - view.read_at, absl::Seconds(1))),
+                                       " ago")
+                        : "; the slot was not read yet"));
+      }
+      const absl::StatusOr<replication::SlotReport> report =
+          view.report ? *view.report
+                      : absl::StatusOr<replication::SlotReport>(
+                            absl::UnavailableError("the slot was not read yet"));
       if (report.ok()) {
         if (report->server_wal_lsn.valid()) server_lsn = report->server_wal_lsn;
         if (report->slot) {

@@ -38,9 +38,15 @@ class ChangeStreamService final : public ChangeStreamBase {
  public:
   // `streams` by name; `authorizer` may be null (no authentication configured).
   // All pointers must outlive the service.
+  // `pool` runs what waits on durable writes (Ack, RemoveConsumer,
+  // ResetConsumer); `status_pool` runs GetStatus.
   ChangeStreamService(std::map<std::string, StreamRuntime*> streams,
                       const TokenAuthorizer* authorizer, WorkerPool* pool,
-                      SessionLimits defaults);
+                      WorkerPool* status_pool, SessionLimits defaults);
+
+  // How long GetStatus waits for PostgreSQL to answer a stream's slot query
+  // before it answers with the last figures.
+  static constexpr absl::Duration kSlotReadWait = absl::Seconds(1);
 
   // `request` is a serialized SubscribeRequest; each response a SubscribeResponse.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(grpc::CallbackServerContext* context,
@@ -84,6 +90,7 @@ class ChangeStreamService final : public ChangeStreamBase {
   const std::map<std::string, StreamRuntime*> streams_;
   const TokenAuthorizer* const authorizer_;
   WorkerPool* const pool_;
+  WorkerPool* const status_pool_;
   const SessionLimits defaults_;
   UnaryCalls calls_;
   SubscribeCount subscriptions_;

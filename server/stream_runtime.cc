@@ -81,7 +81,8 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
                 registry_.Load(tracker, plan.consumers, plan.deliver_after, plan.detached);
               },
               [this](const absl::Status& why) { WakeAll(registry_.Fail(why)); },
-              std::move(on_state)}) {}
+              std::move(on_state)}),
+      slot_monitor_(std::make_unique<SlotMonitor>([this] { return source_->ReadSlot(); })) {}
 
 StreamRuntime::~StreamRuntime() {
   Stop(reason::WithReason(absl::UnavailableError("walfeed-server is stopping"),
@@ -398,7 +399,5 @@ RuntimeSnapshot StreamRuntime::Snapshot() const {
   snapshot.stream_start = Lsn(stream_start_.load());
   return snapshot;
 }
-
-absl::StatusOr<replication::SlotReport> StreamRuntime::ReadSlot() { return source_->ReadSlot(); }
 
 }  // namespace walfeed::server

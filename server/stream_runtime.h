@@ -44,6 +44,7 @@
 #include "server/retention_worker.h"
 #include "server/spill/spill_log.h"
 #include "server/session.h"
+#include "server/slot_monitor.h"
 #include "server/stream_supervisor.h"
 #include "walfeed/v1/change_stream.pb.h"
 
@@ -132,8 +133,11 @@ class StreamRuntime : public replication::StreamSink {
                                              std::optional<EventId> to);
 
   RuntimeSnapshot Snapshot() const;
-  // The slot as PostgreSQL reports it now (blocking).
-  absl::StatusOr<replication::SlotReport> ReadSlot();
+  // The slot as PostgreSQL last reported it (SlotMonitor): WantSlot asks for a
+  // fresh read without waiting; SlotView waits for one until `deadline`, then
+  // answers with the last read and its age.
+  void WantSlot() { slot_monitor_->Want(); }
+  SlotMonitor::View SlotView(absl::Time deadline) { return slot_monitor_->Get(deadline); }
 
   // Wakes sessions whose progress frame is due; the server calls it periodically.
   void Tick();
@@ -168,6 +172,7 @@ class StreamRuntime : public replication::StreamSink {
   ConsumerRegistry registry_;
   std::unique_ptr<RetentionWorker> retention_;
   StreamSupervisor supervisor_;
+  std::unique_ptr<SlotMonitor> slot_monitor_;  // Reads source_; goes first.
 };
 
 }  // namespace walfeed::server

@@ -128,9 +128,10 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
   }
 
   server->pool_ = std::make_unique<WorkerPool>(8);
+  server->status_pool_ = std::make_unique<WorkerPool>(2);
   server->service_ = std::make_unique<ChangeStreamService>(
       server->by_name_, server->authorizer_ ? &*server->authorizer_ : nullptr,
-      server->pool_.get(), cfg.defaults);
+      server->pool_.get(), server->status_pool_.get(), cfg.defaults);
 
   // Linking the health messages lets reflection describe grpc.health.v1.Health.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
@@ -202,6 +203,7 @@ void WalfeedServer::Shutdown() {
   }
   for (const auto& runtime : runtimes_) runtime->Stop(stopping);
   pool_.reset();  // Acks in flight land (their calls were answered already).
+  status_pool_.reset();
   spdlog::info("walfeed-server stopped");
 }
 

@@ -71,6 +71,7 @@ class WalfeedServer {
   std::vector<std::unique_ptr<StreamRuntime>> runtimes_;
   std::map<std::string, StreamRuntime*> by_name_;
   std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<WorkerPool> status_pool_;
   std::unique_ptr<ChangeStreamService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

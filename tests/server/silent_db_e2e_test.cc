@@ -34,6 +34,10 @@ TEST_F(SilentDbE2eTest, ABlackHoleIsNoticedWithinTheSenderTimeoutAndNothingIsLos
   ASSERT_TRUE(sub->WaitForEvents(5));
   AckOk(*sub, "c", sub->events().back().id());
   ASSERT_EQ(HealthOf(health), HealthCheckResponse::SERVING);
+  GetStatusResponse before;
+  ASSERT_THAT(Status(kStream, &before), GrpcOk());
+  ASSERT_TRUE(before.streams(0).has_slot_read_at());
+  EXPECT_EQ(before.streams(0).slot().wal_status(), "reserved");
 
   // Both directions go dark for 15 s; nothing is closed.
   const absl::Time dark = absl::Now();
@@ -45,6 +49,17 @@ TEST_F(SilentDbE2eTest, ABlackHoleIsNoticedWithinTheSenderTimeoutAndNothingIsLos
   const absl::Duration noticed = absl::Now() - dark;
   EXPECT_LE(noticed, absl::Seconds(4) + absl::Seconds(3))
       << "noticed after " << absl::FormatDuration(noticed);
+
+  // Status still answers at once, with the last slot figures and their time:
+  // it does not wait for a database that does not answer.
+  const absl::Time asked = absl::Now();
+  GetStatusResponse during;
+  ASSERT_THAT(Status(kStream, &during), GrpcOk());
+  EXPECT_LE(absl::Now() - asked, absl::Seconds(3));
+  EXPECT_NE(during.streams(0).state(), walfeed::v1::STREAM_STATE_STREAMING);
+  EXPECT_EQ(during.streams(0).slot().wal_status(), "reserved") << "the last figures";
+  EXPECT_LT(during.streams(0).slot_read_at().seconds(), absl::ToUnixSeconds(dark) + 1)
+      << "read before the black hole";
 
   // Once the path heals the stream resumes; every row arrives.
   InsertTransactions(11, 5);
