@@ -153,6 +153,11 @@ class CheckpointStore {
   // recreated one. Consumer checkpoints are kept.
   virtual absl::Status BindSlot(absl::string_view stream, absl::string_view slot_name,
                                 const SlotIdentity& identity, Lsn confirmed_lsn) = 0;
+
+  // One cheap round trip to the database (no write): how the replication
+  // reader, while it cannot read its own connection, learns that PostgreSQL is
+  // shutting down. Stores without a database answer OK.
+  virtual absl::Status Ping() { return absl::OkStatus(); }
 };
 
 }  // namespace walfeed::replication

@@ -24,6 +24,11 @@ void ConfirmedPersister::Request(Lsn lsn) {
   requested_ = lsn;
 }
 
+void ConfirmedPersister::RequestPing() {
+  absl::MutexLock lock(&mu_);
+  ping_ = true;
+}
+
 Lsn ConfirmedPersister::durable() const {
   absl::MutexLock lock(&mu_);
   return durable_;
@@ -42,24 +47,25 @@ bool ConfirmedPersister::AwaitIdle(absl::Duration timeout) const {
 
 void ConfirmedPersister::Loop() {
   for (;;) {
-    Lsn lsn;
+    std::optional<Lsn> lsn;
     {
       absl::MutexLock lock(&mu_);
       auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || requested_.has_value();
+        return stopping_ || requested_.has_value() || ping_;
       };
       mu_.Await(absl::Condition(&work));
       if (stopping_) return;
-      lsn = *requested_;
-      requested_.reset();
+      // A write is a round trip too: it answers a ping as well.
+      ping_ = false;
+      lsn = std::exchange(requested_, std::nullopt);
       writing_ = true;
     }
-    const absl::Status stored = store_->PersistConfirmed(lsn);
+    const absl::Status stored = lsn ? store_->PersistConfirmed(*lsn) : store_->Ping();
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
       if (stored.ok()) {
-        if (lsn > durable_) durable_ = lsn;
+        if (lsn && *lsn > durable_) durable_ = *lsn;
       } else {
         error_ = stored;
       }

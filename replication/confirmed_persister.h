@@ -38,6 +38,9 @@ class ConfirmedPersister {
 
   // Asks for `lsn` to be stored; returns at once.
   void Request(Lsn lsn) ABSL_LOCKS_EXCLUDED(mu_);
+  // Asks for a store->Ping() when no write is waiting; returns at once. A
+  // failure is kept like a failed write's (TakeError).
+  void RequestPing() ABSL_LOCKS_EXCLUDED(mu_);
   // The highest position stored so far (starts at the constructor's `durable`).
   Lsn durable() const ABSL_LOCKS_EXCLUDED(mu_);
   // The error of the last failed write since the last call, if any.
@@ -54,6 +57,7 @@ class ConfirmedPersister {
   mutable absl::Mutex mu_;
   Lsn durable_ ABSL_GUARDED_BY(mu_);
   std::optional<Lsn> requested_ ABSL_GUARDED_BY(mu_);  // Waiting to be written.
+  bool ping_ ABSL_GUARDED_BY(mu_) = false;  // A ping is asked for.
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> error_ ABSL_GUARDED_BY(mu_);

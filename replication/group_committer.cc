@@ -150,6 +150,17 @@ absl::StatusOr<StreamCheckpoint> GroupCommitter::Load(absl::string_view stream) 
   return checkpoint;
 }
 
+absl::Status GroupCommitter::Ping() {
+  {
+    absl::MutexLock lock(&mu_);
+    AcquireWriter();
+  }
+  absl::Status status = store_->Ping();
+  absl::MutexLock lock(&mu_);
+  ReleaseWriter();
+  return status;
+}
+
 absl::Status GroupCommitter::RemoveConsumer(absl::string_view stream, absl::string_view consumer) {
   {
     absl::MutexLock lock(&mu_);

@@ -61,6 +61,8 @@ class GroupCommitter {
   // Pass-throughs serialized with the writes. Load also seeds what the committer
   // knows to be durable.
   absl::StatusOr<StreamCheckpoint> Load(absl::string_view stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // The store's Ping, serialized with its writes.
+  absl::Status Ping() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status RemoveConsumer(absl::string_view stream, absl::string_view consumer)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DetachConsumer(absl::string_view stream, absl::string_view consumer)

@@ -59,6 +59,8 @@ class ConfirmedLsnStore {
  public:
   virtual ~ConfirmedLsnStore() = default;
   virtual absl::Status PersistConfirmed(Lsn lsn) = 0;
+  // A round trip to the store's database without a write (CheckpointStore::Ping).
+  virtual absl::Status Ping() { return absl::OkStatus(); }
 };
 
 // What the reader has counted; read by status and tests.

@@ -319,6 +319,8 @@ absl::StatusOr<PgResultPtr> PgCheckpointStore::Run(
   return status;
 }
 
+absl::Status PgCheckpointStore::Ping() { return Run("SELECT 1", {}).status(); }
+
 absl::StatusOr<StreamCheckpoint> PgCheckpointStore::Load(absl::string_view stream) {
   WALFEED_RETURN_IF_ERROR(CheckName("stream", stream));
   absl::StatusOr<PgResultPtr> result = Run(load_sql_, {std::string(stream)});

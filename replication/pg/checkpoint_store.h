@@ -66,6 +66,7 @@ class PgCheckpointStore : public CheckpointStore {
                       std::optional<Lsn> confirmed_lsn) override;
   absl::Status RemoveConsumer(absl::string_view stream, absl::string_view consumer) override;
   absl::Status DetachConsumer(absl::string_view stream, absl::string_view consumer) override;
+  absl::Status Ping() override;
   absl::Status BindSlot(absl::string_view stream, absl::string_view slot_name,
                         const SlotIdentity& identity, Lsn confirmed_lsn) override;
 

@@ -134,8 +134,7 @@ absl::Status StatusFromConnectionMessage(absl::string_view error, absl::string_v
                  absl::ascii_isupper(static_cast<unsigned char>(c));
         })) {
       sqlstate = std::string(line.substr(at + 3, 5));
-      line = absl::StrCat(line.substr(0, at + 3), line.substr(at + 3 + 7));
-      message = std::string(line);
+      message = absl::StrCat(line.substr(0, at + 3), line.substr(at + 3 + 7));
       continue;
     }
     absl::StrAppend(&message, message.empty() ? "" : "; ", line);

@@ -7,11 +7,13 @@
 #include <algorithm>
 
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "replication/copy_data.h"
 #include "replication/pg/replication_connection.h"
 #include "replication/pgoutput.h"
 #include "replication/retry.h"
+#include "replication/sql_text.h"
 #include "replication/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -204,6 +206,12 @@ absl::Status StreamReader::RunSession(Lsn start) {
     // update is confirmed at once, without waiting for the next tick.
     const bool due = reply_now || now >= next_status;
     if (due) RequestPersist(now);
+    if (!room) {
+      // Not reading, it cannot see a shutdown's wait (see HandleFrame): the
+      // store's connection tells instead, on the status cadence.
+      if (due) persister_->RequestPing();
+      WALFEED_RETURN_IF_ERROR(CheckStore());
+    }
     if (due || persister_->durable() > durable_) {
       // Silent for a status interval: ask the walsender to answer.
       const bool probe = silence_limit > absl::ZeroDuration() && now - last_heard >= interval;
@@ -303,6 +311,24 @@ absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
   return absl::OkStatus();
 }
 
+absl::Status StreamReader::CheckStore() {
+  std::optional<absl::Status> failed = persister_->TakeError();
+  if (!failed) return absl::OkStatus();
+  // Class 57, operator intervention: the store's session was ended by a
+  // shutdown (57P01) or the server refuses new ones while it shuts down (57P03).
+  // Its walsender then waits for walfeed to confirm everything it sent, which
+  // walfeed may not do (unacked): closing the connection lets the shutdown end.
+  if (absl::StartsWith(SqlStateOf(*failed), "57")) {
+    return absl::UnavailableError(absl::StrCat(
+        "PostgreSQL is shutting down (", failed->message(),
+        "); closing the replication connection so its shutdown can finish"));
+  }
+  // The older durable position keeps being confirmed; the next request retries.
+  Logger()->warn("stream {}: checkpoint store (the confirmed position stays at {}): {}",
+                 options_.stream_name, durable_.ToString(), failed->ToString());
+  return absl::OkStatus();
+}
+
 void StreamReader::RequestPersist(absl::Time now) {
   const Lsn confirmable = tracker_->Confirmable();
   if (confirmable > durable_ && now - last_persist_ >= options_.min_persist_interval) {
@@ -313,11 +339,7 @@ void StreamReader::RequestPersist(absl::Time now) {
 
 absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn, bool request_reply) {
   durable_ = std::max(durable_, persister_->durable());
-  if (std::optional<absl::Status> failed = persister_->TakeError()) {
-    // The older durable position keeps being confirmed; the next request retries.
-    Logger()->warn("stream {}: could not store the confirmed position: {}",
-                   options_.stream_name, failed->ToString());
-  }
+  WALFEED_RETURN_IF_ERROR(CheckStore());
   copy_data::StandbyStatusUpdate update;
   Lsn received;
   {

@@ -53,6 +53,7 @@ class CommittedConfirmedStore : public ConfirmedLsnStore {
   absl::Status PersistConfirmed(Lsn lsn) override {
     return committer_->SetConfirmed(stream_, lsn);
   }
+  absl::Status Ping() override { return committer_->Ping(); }
 
  private:
   GroupCommitter* const committer_;

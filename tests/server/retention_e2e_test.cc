@@ -8,7 +8,9 @@
 //     detached, gets FAILED_PRECONDITION naming the reset, and a reset
 //     re-attaches it;
 //   - a damaged spill segment is detected, never served: the stream is re-read
-//     from the slot and the consumer receives every event after its checkpoint.
+//     from the slot and the consumer receives every event after its checkpoint;
+//   - a PostgreSQL fast shutdown finishes while a stopped consumer fills the
+//     buffer (the reader, not reading, learns of it from the store's session).
 #include <filesystem>
 #include <fstream>
 
@@ -114,6 +116,37 @@ TEST_F(RetentionE2eTest, AStoppedConsumersBacklogSpillsWhileTheFastOneFlows) {
   EXPECT_TRUE(WaitUntil([&] { return StreamStatusNow().spilled_bytes() == 0; }, kDeadline))
       << "acked by everyone: the disk is freed";
   EXPECT_TRUE(WaitUntil([&] { return SpillFiles().empty(); }, kDeadline));
+}
+
+// A fast shutdown waits for each walsender to hear that all it sent is flushed.
+// With the buffer full the reader does not read its connection, so it cannot see
+// that wait; the store's session, ended by the shutdown (SQLSTATE 57P01), tells
+// it on the next status tick, and it lets go. Nothing is lost: the stream
+// resumes from the slot once PostgreSQL is back.
+TEST_F(RetentionE2eTest, AFastPostgresShutdownFinishesWhileTheBufferIsFull) {
+  StartServer(Yaml("defaults:\n  buffer_bytes: 65536\n"));
+  {
+    std::unique_ptr<Subscription> first = Subscribe(Request("stuck"));
+    InsertTransactions(1, 1);
+    ASSERT_TRUE(first->WaitForEvents(1));
+    AckOk(*first, "stuck", first->events()[0].id());
+  }  // Stopped: it holds everything after row 1.
+  constexpr int kRows = 2000;  // Far more than 64 KiB of events.
+  InsertTransactions(2, kRows);
+  ASSERT_TRUE(WaitUntil([&] { return !StreamStatusNow().held_by().empty(); }, kDeadline))
+      << "the buffer never filled";
+
+  const absl::Time stop = absl::Now();
+  ASSERT_THAT(pg_->Stop("fast"), IsOk()) << "pg_ctl gave up waiting (60 s)";
+  const absl::Duration took = absl::Now() - stop;
+  std::cout << "fast shutdown with walfeed's buffer full took " << absl::FormatDuration(took)
+            << "\n";
+  EXPECT_LT(took, absl::Seconds(30));
+  ASSERT_THAT(pg_->StartAgain(), IsOk());
+
+  std::unique_ptr<Subscription> back = Subscribe(Request("stuck"));
+  ASSERT_TRUE(ReceiveAndAck(*back, "stuck", kRows)) << back->event_count();
+  ExpectRowsInOrder(back->events(), 2, kRows);
 }
 
 TEST_F(RetentionE2eTest, DetachReleasesTheSlotAndTheLaggardIsToldHowToResume) {

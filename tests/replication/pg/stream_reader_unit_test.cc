@@ -14,6 +14,7 @@
 #include "replication/copy_data.h"
 #include "replication/pg/stream_reader.h"
 #include "replication/pgoutput.h"
+#include "replication/sql_text.h"
 #include "replication/transaction_assembler.h"
 #include "tests/testing/fake_replication.h"
 #include "tests/testing/pgoutput_encoder.h"
@@ -22,6 +23,7 @@
 namespace walfeed::replication::pg {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAreArray;
 using ::testing::Each;
 using ::testing::Ge;
@@ -142,12 +144,34 @@ class MemoryStore : public ConfirmedLsnStore {
     absl::MutexLock lock(&mu_);
     return writes_;
   }
+  absl::Status Ping() override {
+    absl::MutexLock lock(&mu_);
+    ++pings_;
+    return ping_result_;
+  }
+  void SetPingResult(absl::Status result) {
+    absl::MutexLock lock(&mu_);
+    ping_result_ = std::move(result);
+  }
+  int pings() const {
+    absl::MutexLock lock(&mu_);
+    return pings_;
+  }
 
  private:
   mutable absl::Mutex mu_;
   Lsn stored_ ABSL_GUARDED_BY(mu_);
   int writes_ ABSL_GUARDED_BY(mu_) = 0;
+  int pings_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status ping_result_ ABSL_GUARDED_BY(mu_);
 };
+
+// A store error as libpq reports it: code, message and SQLSTATE.
+absl::Status StoreError(absl::string_view sqlstate, absl::string_view message) {
+  absl::Status status = absl::UnavailableError(message);
+  SetSqlState(status, sqlstate);
+  return status;
+}
 
 class StreamReaderUnitTest : public ::testing::Test {
  protected:
@@ -313,6 +337,38 @@ TEST_F(StreamReaderUnitTest, SilenceIsNotJudgedWhileTheSinkIsFull) {
                   [&](const SentUpdate& u) { return u.at - start >= absl::Seconds(20); }),
               IsOk());
   EXPECT_THAT(sink_.disconnects(), SizeIs(0));
+}
+
+// A fast shutdown waits for the walsender's last data to be confirmed; a full
+// reader does not read and cannot see that wait. The store's session can: a
+// ping on the status cadence that meets SQLSTATE class 57 ends the session.
+TEST_F(StreamReaderUnitTest, WhileFullAStoreThatSaysShuttingDownEndsTheSession) {
+  sink_.SetRoom(false);
+  store_.SetPingResult(StoreError("57P01", "terminating connection due to administrator command"));
+  // The one scripted session ends; the reconnect then finds no more sessions.
+  EXPECT_THAT(Run({Script().Frames(Golden())}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no more sessions")));
+  ASSERT_THAT(sink_.disconnects(), SizeIs(1));
+  EXPECT_THAT(sink_.disconnects()[0],
+              AllOf(HasSubstr("PostgreSQL is shutting down"), HasSubstr("administrator command")));
+  EXPECT_GE(store_.pings(), 1);
+}
+
+TEST_F(StreamReaderUnitTest, OtherStoreErrorsAndRoomMeanNoShutdown) {
+  // Full, the store failing for another reason: logged, the session stays.
+  sink_.SetRoom(false);
+  store_.SetPingResult(StoreError("08006", "connection lost"));
+  const absl::Time start = clock_.Now();
+  ASSERT_THAT(Run({Script().Frames(Golden())},
+                  [&](const SentUpdate& u) { return u.at - start >= absl::Seconds(10); }),
+              IsOk());
+  EXPECT_THAT(sink_.disconnects(), SizeIs(0));
+  EXPECT_GE(store_.pings(), 5) << "pinged on the status cadence while full";
+  // With room the socket itself tells: no pings at all.
+  sink_.SetRoom(true);
+  const int pings = store_.pings();
+  ASSERT_THAT(Run({Script().Frames(Golden())}, AllCommitted()), IsOk());
+  EXPECT_EQ(store_.pings(), pings);
 }
 
 TEST_F(StreamReaderUnitTest, BackpressureStopsReadingButStatusUpdatesGoOn) {
