@@ -12,22 +12,35 @@ namespace {
 
 using namespace ::walfeed::server::e2e;  // NOLINT: the harness is this file's vocabulary.
 
-class SilentDbE2eTest : public ServerE2eTest {};
+class SilentDbE2eTest : public ServerE2eTest {
+ protected:
+  // PostgreSQL with `wal_sender_timeout`, behind proxy_: everything the server
+  // says to it (replication, checkpoints) goes through the proxy; the test
+  // writes directly. The server's YAML, with `shutdown_timeout`.
+  std::string ProxiedYaml(const std::string& wal_sender_timeout,
+                          const std::string& shutdown_timeout) {
+    EXPECT_THAT(pg_->Exec(absl::StrCat("ALTER SYSTEM SET wal_sender_timeout = '",
+                                       wal_sender_timeout, "'")),
+                IsOk());
+    EXPECT_THAT(pg_->Exec("SELECT pg_reload_conf()"), IsOk());
+    absl::StatusOr<std::unique_ptr<chaos::TcpProxy>> proxy = chaos::TcpProxy::Start();
+    EXPECT_THAT(proxy, IsOk());
+    if (!proxy.ok()) return "";
+    proxy_ = std::move(*proxy);
+    proxy_->SetUpstream(pg_->port());
+    const std::string conninfo =
+        absl::StrCat(pg_->ConnInfo(), " host=127.0.0.1 port=", proxy_->port());
+    return absl::StrCat("listen: \"127.0.0.1:0\"\nplaintext: true\nshutdown_timeout: ",
+                        shutdown_timeout, "\nstreams:\n  - name: ", kStream,
+                        "\n    conninfo: \"", conninfo, "\"\n    slot: ", kSlot,
+                        "\n    publications: [", kSlot,
+                        "]\n    tables: [public.orders]\n    create_missing: true\n");
+  }
+  std::unique_ptr<chaos::TcpProxy> proxy_;
+};
 
 TEST_F(SilentDbE2eTest, ABlackHoleIsNoticedWithinTheSenderTimeoutAndNothingIsLost) {
-  ASSERT_THAT(pg_->Exec("ALTER SYSTEM SET wal_sender_timeout = '4s'"), IsOk());
-  ASSERT_THAT(pg_->Exec("SELECT pg_reload_conf()"), IsOk());
-  absl::StatusOr<std::unique_ptr<chaos::TcpProxy>> proxy = chaos::TcpProxy::Start();
-  ASSERT_THAT(proxy, IsOk());
-  (*proxy)->SetUpstream(pg_->port());
-  // Everything the server says to PostgreSQL (replication, checkpoints) goes
-  // through the proxy; the test writes directly.
-  const std::string conninfo =
-      absl::StrCat(pg_->ConnInfo(), " host=127.0.0.1 port=", (*proxy)->port());
-  StartServer(absl::StrCat(
-      "listen: \"127.0.0.1:0\"\nplaintext: true\nshutdown_timeout: 5s\nstreams:\n  - name: ",
-      kStream, "\n    conninfo: \"", conninfo, "\"\n    slot: ", kSlot, "\n    publications: [",
-      kSlot, "]\n    tables: [public.orders]\n    create_missing: true\n"));
+  StartServer(ProxiedYaml("4s", "5s"));
   const std::string health = absl::StrCat("walfeed.v1.ChangeStream/", kStream);
   std::unique_ptr<Subscription> sub = Subscribe(Request("c"));
   InsertTransactions(1, 5);
@@ -41,7 +54,7 @@ TEST_F(SilentDbE2eTest, ABlackHoleIsNoticedWithinTheSenderTimeoutAndNothingIsLos
 
   // Both directions go dark for 15 s; nothing is closed.
   const absl::Time dark = absl::Now();
-  (*proxy)->Stall(chaos::TcpProxy::kBoth, dark + absl::Seconds(15));
+  proxy_->Stall(chaos::TcpProxy::kBoth, dark + absl::Seconds(15));
   InsertTransactions(6, 5);  // Committed while walfeed cannot hear about them.
   ASSERT_TRUE(WaitUntil([&] { return HealthOf(health) != HealthCheckResponse::SERVING; },
                         absl::Seconds(12)))
@@ -78,21 +91,11 @@ TEST_F(SilentDbE2eTest, ABlackHoleIsNoticedWithinTheSenderTimeoutAndNothingIsLos
 // database answers (it never does here) or TCP gives up (30 s).
 TEST_F(SilentDbE2eTest, SigtermDuringABlackHoleExitsWithinTheShutdownTimeout) {
   // The reader must not notice the silence first: this is shutdown's bound.
-  ASSERT_THAT(pg_->Exec("ALTER SYSTEM SET wal_sender_timeout = '60s'"), IsOk());
-  ASSERT_THAT(pg_->Exec("SELECT pg_reload_conf()"), IsOk());
-  absl::StatusOr<std::unique_ptr<chaos::TcpProxy>> proxy = chaos::TcpProxy::Start();
-  ASSERT_THAT(proxy, IsOk());
-  (*proxy)->SetUpstream(pg_->port());
-  const std::string conninfo =
-      absl::StrCat(pg_->ConnInfo(), " host=127.0.0.1 port=", (*proxy)->port());
-  constexpr absl::Duration kShutdownTimeout = absl::Seconds(2);  // As configured.
+  constexpr absl::Duration kShutdownTimeout = absl::Seconds(2);
   const std::string config = dir_ + "/walfeed.yaml";
   {
     std::ofstream out(config);
-    out << "listen: \"127.0.0.1:0\"\nplaintext: true\nshutdown_timeout: 2s\nstreams:\n  - name: "
-        << kStream << "\n    conninfo: \"" << conninfo << "\"\n    slot: " << kSlot
-        << "\n    publications: [" << kSlot
-        << "]\n    tables: [public.orders]\n    create_missing: true\n";
+    out << ProxiedYaml("60s", "2s");
   }
   ServerProcess process(config, dir_ + "/server.log");
   const int port = process.WaitForPort();
@@ -103,7 +106,7 @@ TEST_F(SilentDbE2eTest, SigtermDuringABlackHoleExitsWithinTheShutdownTimeout) {
   ASSERT_TRUE(sub->WaitForEvents(3));
   AckOk(*sub, "c", sub->events()[0].id());
 
-  (*proxy)->Stall(chaos::TcpProxy::kBoth, absl::Now() + absl::Seconds(120));
+  proxy_->Stall(chaos::TcpProxy::kBoth, absl::Now() + absl::Seconds(120));
   // An ack that must reach PostgreSQL to be answered, sent before the signal.
   grpc::Status ack_status;
   std::thread ack([&] { ack_status = Ack("c", sub->session_id(), sub->events()[2].id()); });
