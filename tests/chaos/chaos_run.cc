@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "tests/chaos/change_writer.h"
 #include "tests/chaos/child_process.h"
+#include "tests/chaos/db_faults.h"
 #include "tests/chaos/delivery_log.h"
 #include "tests/chaos/harness.h"
 #include "tests/chaos/slot_loss.h"
@@ -81,6 +82,9 @@ class ChaosRun {
 
   absl::Status Setup();
   absl::Status StartServer();
+  // SIGTERM, checked: walfeed-server must exit 0 within kExitBound. Returns how
+  // long it took.
+  absl::StatusOr<absl::Duration> TerminateServer();
   absl::Status StartConsumer(const std::string& name);
   // `walfeed tail` without --consumer (ephemeral) through the proxy, started
   // again whenever it ends (it ends when it falls behind what the server holds).
@@ -99,9 +103,12 @@ class ChaosRun {
   std::string dir_;
   std::string config_path_;
   std::unique_ptr<PgCluster> pg_;
-  std::unique_ptr<TcpProxy> proxy_;
+  std::unique_ptr<TcpProxy> proxy_;  // Consumers -> walfeed-server.
+  std::unique_ptr<DbFaults> db_;     // walfeed-server -> PostgreSQL, with its own proxy.
+  ServerControl server_control_;     // What db_ may do to the server.
   std::unique_ptr<ServerHandle> server_;
   int server_starts_ = 0;
+  std::vector<absl::Duration> sigterm_exits_;  // server-sigterm and the final stop.
   std::map<std::string, Consumer> consumers_;
   std::unique_ptr<ChangeWriter> writer_;
   std::atomic<uint64_t> tail_events_{0};  // Before tail_: its drain thread counts here.
@@ -118,14 +125,26 @@ class ChaosRun {
 
 absl::Status ChaosRun::Setup() {
   PgCluster::Options pg_options;
+  // Small, so that the db faults' black holes are noticed within seconds.
+  pg_options.settings["wal_sender_timeout"] =
+      absl::StrCat("'", absl::ToInt64Milliseconds(kWalSenderTimeout), "ms'");
   absl::StatusOr<std::unique_ptr<PgCluster>> pg = PgCluster::Start(pg_options);
   if (!pg.ok()) return pg.status();
   pg_ = std::move(*pg);
   if (absl::Status s = CreateSchema(pg_->ConnInfo()); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<DbFaults>> db = DbFaults::Start(pg_->port());
+  if (!db.ok()) return db.status();
+  db_ = std::move(*db);
+  server_control_.port = [this] { return server_->port(); };
+  server_control_.kill = [this] { server_->process().Kill(); };
+  server_control_.terminate = [this] { return TerminateServer(); };
+  server_control_.start = [this] { return StartServer(); };
   config_path_ = dir_ + "/walfeed.yaml";
   {
+    // Only walfeed-server goes through the db proxy; the writer, the markers and
+    // the checks below use pg_->ConnInfo() directly.
     std::ofstream out(config_path_);
-    out << ServerYaml(pg_->ConnInfo(), dir_ + "/state");
+    out << ServerYaml(db_->ConnInfo(pg_->ConnInfo()), dir_ + "/state");
   }
   absl::StatusOr<std::unique_ptr<TcpProxy>> proxy = TcpProxy::Start();
   if (!proxy.ok()) return proxy.status();
@@ -165,6 +184,24 @@ absl::Status ChaosRun::StartServer() {
   server_ = std::move(*server);
   proxy_->SetUpstream(server_->port());
   return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Duration> ChaosRun::TerminateServer() {
+  absl::StatusOr<ServerHandle::Termination> t = server_->Terminate();
+  if (!t.ok()) return t.status();
+  const std::string log = absl::StrCat("server-", server_starts_, ".log");
+  if (!t->wait_status) {
+    failures_.push_back(absl::StrCat("walfeed-server still ran ", absl::FormatDuration(t->took),
+                                     " after SIGTERM and was killed (", log, ")"));
+  } else if (!WIFEXITED(*t->wait_status) || WEXITSTATUS(*t->wait_status) != 0) {
+    failures_.push_back(absl::StrCat("walfeed-server exited with wait status ", *t->wait_status,
+                                     " after SIGTERM (", log, ")"));
+  } else if (t->took > kExitBound) {
+    failures_.push_back(absl::StrCat("walfeed-server exited ", absl::FormatDuration(t->took),
+                                     " after SIGTERM, later than shutdown_timeout + 2 s (", log,
+                                     ")"));
+  }
+  return t->took;
 }
 
 absl::Status ChaosRun::KeepTailRunning() {
@@ -256,13 +293,10 @@ absl::Status ChaosRun::Inject(FaultKind kind, std::string* detail) {
       return StartServer();
     }
     case FaultKind::kServerSigterm: {
-      if (absl::Status s = server_->process().Signal(SIGTERM); !s.ok()) return s;
-      const std::optional<int> status = server_->process().WaitForExit(absl::Seconds(3) + kExit);
-      if (!status) return absl::DeadlineExceededError("walfeed-server ignored SIGTERM");
-      if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
-        failures_.push_back(absl::StrCat("walfeed-server exited with wait status ", *status,
-                                         " after SIGTERM (server-", server_starts_, ".log)"));
-      }
+      absl::StatusOr<absl::Duration> took = TerminateServer();
+      if (!took.ok()) return took.status();
+      sigterm_exits_.push_back(*took);
+      *detail = absl::StrFormat("exit %.2fs", absl::ToDoubleSeconds(*took));
       Outage(Rand(0, 400), RandMs(0, 1500));
       return StartServer();
     }
@@ -319,6 +353,12 @@ absl::Status ChaosRun::Inject(FaultKind kind, std::string* detail) {
     case FaultKind::kTakeover:
       *detail = kFast;
       return Takeover(kFast);
+    case FaultKind::kDbBlackhole:
+    case FaultKind::kDbBlackholeToPg:
+    case FaultKind::kDbBlackholeFromPg:
+    case FaultKind::kDbBlackholeConnect:
+    case FaultKind::kDbReset:
+      return db_->Inject(kind, rng_, server_control_, detail);
   }
   return absl::OkStatus();
 }
@@ -354,11 +394,9 @@ absl::Status ChaosRun::Finish() {
       return absl::DeadlineExceededError(absl::StrCat("consumer ", name, " did not stop"));
     }
   }
-  if (absl::Status s = server_->process().Signal(SIGTERM); !s.ok()) return s;
-  const std::optional<int> status = server_->process().WaitForExit(absl::Seconds(3) + kExit);
-  if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
-    failures_.push_back("walfeed-server did not exit 0 on the final SIGTERM");
-  }
+  absl::StatusOr<absl::Duration> took = TerminateServer();
+  if (!took.ok()) return took.status();
+  sigterm_exits_.push_back(*took);
   return absl::OkStatus();
 }
 
@@ -403,6 +441,12 @@ void ChaosRun::Report(const Verdict& verdict, absl::Duration elapsed) {
         name, consumers_[name].logs.paths.size(), fig.delivered, fig.distinct, fig.duplicates,
         fig.largest_window, fig.sessions, fig.acks, fig.lost);
   }
+  std::cout << "sessions whose Started checkpoint was past their start_after (an ack of the "
+               "superseded session landed meanwhile):";
+  for (const auto& [name, fig] : verdict.consumers) {
+    std::cout << " " << name << " " << fig.started_below_checkpoint;
+  }
+  std::cout << "\n";
   std::cout << absl::StrFormat("ephemeral tail: %d processes, %d events printed\n", tail_starts_,
                                tail_events_.load());
   std::cout << absl::StrFormat("spill: %d of %d faults struck while events were on disk (peak "
@@ -414,6 +458,10 @@ void ChaosRun::Report(const Verdict& verdict, absl::Duration elapsed) {
     std::cout << absl::StrFormat("%-26s %6d %9d %12d %8d\n", kind, k.points, k.sessions,
                                  k.redelivered, k.largest);
   }
+  db_->Report(std::cout);
+  std::cout << absl::StrFormat(
+      "SIGTERM outside a black hole (server-sigterm, final stop): %d, exit p50/max %s s\n",
+      sigterm_exits_.size(), P50Max(sigterm_exits_));
 }
 
 int ChaosRun::Execute() {
@@ -483,6 +531,7 @@ int ChaosRun::Execute() {
     }
   }
   std::vector<std::string> all = failures_;
+  if (db_) all.insert(all.end(), db_->failures().begin(), db_->failures().end());
   all.insert(all.end(), verdict.violations.begin(), verdict.violations.end());
   if (all.empty()) {
     std::cout << "PROVEN: lost 0, every redelivery identical and of unacked events only, ids "

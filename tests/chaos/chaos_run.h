@@ -1,5 +1,6 @@
 // RunChaos: one randomized pass. A throwaway PostgreSQL, the real walfeed-server
-// behind a fault-injecting TCP proxy, a writer, three consumer children ("fast"
+// behind a fault-injecting TCP proxy (and reaching PostgreSQL through another,
+// for the db faults: db_faults.h), a writer, three consumer children ("fast"
 // acks often, "slow" acks late and lags, "lazy" acks every few seconds with a
 // large window, so its backlog spills to disk), then `points` faults drawn from a PRNG
 // seeded with `seed`: the same seed draws the same faults, moments, outages and

@@ -136,7 +136,8 @@ int RunConsumerChild(const std::vector<std::string>& args) {
   options.ack_timeout = absl::Seconds(10);
   options.on_started = [&](const SessionInfo& info) {
     log.Append(absl::StrCat("S ", MonotonicNanos(), " ", info.session_id, " ",
-                            info.checkpoint.empty() ? "-" : info.checkpoint));
+                            info.checkpoint.empty() ? "-" : info.checkpoint, " ",
+                            info.start_after.empty() ? "-" : info.start_after));
     log.Sync();
     Say(absl::StrCat("started ", info.session_id));
   };

@@ -93,10 +93,11 @@ absl::StatusOr<std::vector<LogRecord>> ReadLog(const std::string& path) {
         ok = need(3) && mono();
         break;
       case 'S':
-        ok = need(4) && mono();
+        ok = need(5) && mono();
         if (ok) {
           r.session = f[2];
           r.checkpoint = f[3] == "-" ? "" : f[3];
+          r.start_after = f[4] == "-" ? "" : f[4];
         }
         break;
       case 'E':

@@ -4,7 +4,8 @@
 // events that were never acked, which the server must deliver again):
 //
 //   P <mono_ns> <pid>                       the process started
-//   S <mono_ns> <session> <checkpoint|->    a session went live (Started frame)
+//   S <mono_ns> <session> <checkpoint|-> <start_after|->
+//                                           a session went live (Started frame)
 //   E <session> <id> <payload_hash> <sig>   one delivered event
 //   A <mono_ns> <acked_id> <checkpoint>     an ack became durable (server replied)
 //   R <mono_ns> <code>                      the session ended; the client retries
@@ -46,6 +47,7 @@ struct LogRecord {
   std::string session;
   std::string id;          // E: the event; A: the acked id.
   std::string checkpoint;  // S, A ("" for "-").
+  std::string start_after;  // S: where the session's events start ("" for "-").
   uint64_t hash = 0;
   std::string signature;
   std::string code;  // R, X

@@ -7,7 +7,9 @@ const std::vector<FaultKind>& AllFaultKinds() {
       FaultKind::kServerKill9,    FaultKind::kServerSigterm,   FaultKind::kPgRestartFast,
       FaultKind::kPgRestartImmediate, FaultKind::kConsumerKill9, FaultKind::kNetReset,
       FaultKind::kNetStall,       FaultKind::kNetCutToServer,  FaultKind::kNetCutToClient,
-      FaultKind::kConsumerStall,  FaultKind::kLaggingConsumer, FaultKind::kTakeover};
+      FaultKind::kConsumerStall,  FaultKind::kLaggingConsumer, FaultKind::kTakeover,
+      FaultKind::kDbBlackhole,    FaultKind::kDbBlackholeToPg, FaultKind::kDbBlackholeFromPg,
+      FaultKind::kDbBlackholeConnect, FaultKind::kDbReset};
   return *kinds;
 }
 
@@ -25,6 +27,11 @@ std::string FaultName(FaultKind kind) {
     case FaultKind::kConsumerStall: return "consumer-stall";
     case FaultKind::kLaggingConsumer: return "lagging-consumer";
     case FaultKind::kTakeover: return "takeover";
+    case FaultKind::kDbBlackhole: return "db-blackhole";
+    case FaultKind::kDbBlackholeToPg: return "db-blackhole-to-pg";
+    case FaultKind::kDbBlackholeFromPg: return "db-blackhole-from-pg";
+    case FaultKind::kDbBlackholeConnect: return "db-blackhole-connect";
+    case FaultKind::kDbReset: return "db-reset";
   }
   return "?";
 }

@@ -21,6 +21,15 @@ enum class FaultKind {
   kConsumerStall,      // A consumer's handler blocks for a while.
   kLaggingConsumer,    // The slow consumer stalls long while the other runs on.
   kTakeover,           // A new process of a consumer takes its session over.
+  // Between walfeed-server and PostgreSQL (db_faults.h): a black hole of
+  // 0.5-4.5 s (shorter than wal_sender_timeout) or 7-12 s (longer than the
+  // detection bound), sometimes with a SIGTERM of the server inside it.
+  kDbBlackhole,        // Both directions go dark.
+  kDbBlackholeToPg,    // Only walfeed -> PostgreSQL goes dark.
+  kDbBlackholeFromPg,  // Only PostgreSQL -> walfeed goes dark.
+  kDbBlackholeConnect, // Both dark, then walfeed's connections are reset or the
+                       // server is killed: the reconnect meets the black hole.
+  kDbReset,            // walfeed's PostgreSQL connections are reset (RST).
 };
 
 const std::vector<FaultKind>& AllFaultKinds();

@@ -1,5 +1,7 @@
 #include "tests/chaos/harness.h"
 
+#include <signal.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -12,7 +14,8 @@ namespace walfeed::chaos {
 std::string ServerYaml(const std::string& conninfo, const std::string& state_dir) {
   // A small memory tier, so a lagging consumer's backlog goes to the spill and
   // every fault meets the disk tier too.
-  return absl::StrCat("listen: \"127.0.0.1:0\"\nplaintext: true\nshutdown_timeout: 3s\n",
+  return absl::StrCat("listen: \"127.0.0.1:0\"\nplaintext: true\nshutdown_timeout: ",
+                      absl::ToInt64Seconds(kShutdownTimeout), "s\n",
                       "state_dir: ", state_dir, "\ndefaults:\n  buffer_bytes: 131072\n",
                       "streams:\n  - name: ", kStream, "\n    conninfo: \"", conninfo,
                       "\"\n    slot: ", kSlot, "\n    publications: [", kSlot,
@@ -43,6 +46,16 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> ServerHandle::Start(const std::str
     return absl::UnavailableError(absl::StrCat("walfeed-server did not listen:\n", server->Log()));
   }
   return server;
+}
+
+absl::StatusOr<ServerHandle::Termination> ServerHandle::Terminate() {
+  const absl::Time signalled = absl::Now();
+  if (absl::Status s = process_->Signal(SIGTERM); !s.ok()) return s;
+  Termination t;
+  t.wait_status = process_->WaitForExit(kExitBound + absl::Seconds(30));
+  t.took = absl::Now() - signalled;
+  if (!t.wait_status) process_->Kill();
+  return t;
 }
 
 std::string ServerHandle::Log() const {

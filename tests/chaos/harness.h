@@ -20,6 +20,11 @@ namespace walfeed::chaos {
 
 inline constexpr char kStream[] = "chaos";
 inline constexpr char kSlot[] = "walfeed_chaos";
+// walfeed-server's shutdown_timeout in ServerYaml. It promises to exit within it
+// after SIGTERM whatever PostgreSQL does; the run allows 2 s more for a loaded
+// machine, and a later exit fails the run.
+inline constexpr absl::Duration kShutdownTimeout = absl::Seconds(3);
+inline const absl::Duration kExitBound = kShutdownTimeout + absl::Seconds(2);
 
 // A config for one stream over `conninfo`, listening on a free loopback port,
 // spilling to `state_dir` beyond a small memory tier.
@@ -34,6 +39,15 @@ class ServerHandle {
   int port() const { return port_; }
   ChildProcess& process() { return *process_; }
   std::string Log() const;
+
+  // SIGTERM, then how long the exit took. It waits well past kExitBound, so a
+  // late exit is measured rather than cut off, and SIGKILLs a process still
+  // running then (wait_status stays empty).
+  struct Termination {
+    std::optional<int> wait_status;
+    absl::Duration took;
+  };
+  absl::StatusOr<Termination> Terminate();
 
  private:
   ServerHandle() = default;

@@ -22,7 +22,9 @@ constexpr char kUsage[] =
     "                     [--workdir DIR] [--keep]\n"
     "fault kinds: server-kill9 server-sigterm pg-restart-fast pg-restart-immediate\n"
     "             consumer-kill9 net-reset net-stall net-cut-to-server net-cut-to-client\n"
-    "             consumer-stall lagging-consumer takeover\n";
+    "             consumer-stall lagging-consumer takeover\n"
+    "             db-blackhole db-blackhole-to-pg db-blackhole-from-pg db-blackhole-connect\n"
+    "             db-reset\n";
 
 }  // namespace
 

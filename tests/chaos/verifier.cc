@@ -119,16 +119,23 @@ Verdict Verify(const std::vector<CommittedTxn>& ledger, const std::vector<Consum
             ++fig.sessions;
             session = r.session;
             session_start = r.mono_ns;
-            start = ParseOrNone(r.checkpoint);
+            // Where the server said this session's events start; not the
+            // checkpoint it reported, which may have moved on since (see
+            // ConsumerFigures::started_below_checkpoint).
+            start = ParseOrNone(r.start_after);
             previous = start;
-            // Acks confirmed before this session was asked for must be in its
-            // checkpoint; otherwise acked events could come back.
+            if (const std::optional<EventId> reported = ParseOrNone(r.checkpoint);
+                reported && (!start || *start < *reported)) {
+              ++fig.started_below_checkpoint;
+            }
+            // Acks confirmed before this session was asked for must be below its
+            // start; otherwise acked events could come back.
             for (const auto& [when, checkpoint] : durable) {
               if (when < boundary && (!start || *start < checkpoint)) {
                 report.Add("acked-once",
-                           absl::StrCat(where, " session ", session, " started at checkpoint ",
-                                        r.checkpoint.empty() ? "(none)" : r.checkpoint,
-                                        " below ", checkpoint.ToString(),
+                           absl::StrCat(where, " session ", session, " started after ",
+                                        r.start_after.empty() ? "(none)" : r.start_after,
+                                        ", below ", checkpoint.ToString(),
                                         ", confirmed durable before it was requested"));
                 break;
               }
@@ -147,10 +154,10 @@ Verdict Verify(const std::vector<CommittedTxn>& ledger, const std::vector<Consum
                                                " outside it"));
             }
             if (previous && !(*previous < *id)) {
-              report.Add("order",
-                         absl::StrCat(where, " session ", session, ": ", r.id, " after ",
-                                      previous->ToString(),
-                                      start && *id <= *start ? " (at or below its checkpoint)" : ""));
+              const bool below_start = start && *id <= *start;
+              report.Add("order", absl::StrCat(where, " session ", session, ": ", r.id, " after ",
+                                               previous->ToString(),
+                                               below_start ? " (at or below its start_after)" : ""));
             }
             previous = id;
             auto [it, fresh] = mine.emplace(r.id, Seen{r.hash, r.signature});

@@ -7,8 +7,8 @@
 //   identical   a redelivered id has the first delivery's payload hash, and one
 //               id is one change for every consumer (ids are deterministic);
 //   order       within a session ids strictly increase and all lie after the
-//               session's starting checkpoint;
-//   acked-once  a session's checkpoint covers every ack the server confirmed
+//               session's start_after (its Started frame's "events start after");
+//   acked-once  a session's start_after covers every ack the server confirmed
 //               before that session was asked for (ack records of any process of
 //               the consumer older than the session's process start or retry), so
 //               redelivery is only ever of events not yet acked at the fault;
@@ -44,6 +44,12 @@ struct ConsumerFigures {
   uint64_t sessions = 0;
   uint64_t lost = 0;
   uint64_t acks = 0;
+  // Sessions whose Started frame reported a checkpoint past their start_after.
+  // Not a violation: an ack of the superseded session landed between the new
+  // Subscribe (which fixed the start) and its Started frame (which reports the
+  // checkpoint of that moment). The events between were unacked when the
+  // session was asked for, so they come again.
+  uint64_t started_below_checkpoint = 0;
   // Per session: when it started (mono ns) and how many events it redelivered,
   // so the runner can attribute redelivery to the fault before it.
   std::vector<std::pair<int64_t, uint64_t>> session_duplicates;
