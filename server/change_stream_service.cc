@@ -364,10 +364,13 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
   if (!call) return reactor;
   // On its own pool: a client polling status hard, or a database slow to
   // answer the slot query, must not hold the workers acks wait on.
-  status_pool_->Run([this, call = *call, response, selected, show_sessions] {
+  // The wait counts from the call's arrival, not from when a worker is free.
+  const absl::Time asked = absl::Now();
+  status_pool_->Run([this, call = *call, response, selected, show_sessions, asked] {
+    if (!calls_.IsOpen(call)) return;  // Answered by a shutdown meanwhile.
     // Every stream's slot read starts now; each waits for the same deadline.
     for (StreamRuntime* runtime : selected) runtime->WantSlot();
-    const absl::Time deadline = absl::Now() + kSlotReadWait;
+    const absl::Time deadline = asked + kSlotReadWait;
     walfeed::v1::GetStatusResponse built;
     for (size_t s = 0; s < selected.size(); ++s) {
       StreamRuntime* runtime = selected[s];
@@ -380,42 +383,41 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       walfeed::v1::SlotInfo* slot = stream->mutable_slot();
       slot->set_name(snapshot.slot_name);
       Lsn server_lsn = snapshot.server_wal_end;
-      const SlotMonitor::View view = runtime->SlotView(deadline);
+      const SlotMonitor::View view = runtime->SlotView(asked, deadline);
       if (view.report) {
         const int64_t micros = absl::ToUnixMicros(view.read_at);
         stream->mutable_slot_read_at()->set_seconds(micros / 1000000);
         stream->mutable_slot_read_at()->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
       }
-      if (!view.fresh && stream->error().empty()) {
-        stream->set_error(absl::StrCat(
-            "PostgreSQL did not answer the slot query within ",
-            absl::FormatDuration(kSlotReadWait),
-            view.report ? absl::StrCat("; the slot figures are from ",
-                                       absl::FormatDuration(absl::Trunc(
-                                           absl::Now() - view.read_at, absl::Seconds(1))),
-                                       " ago")
-                        : "; the slot was not read yet"));
+      // An error first: the latest read failed (the figures below are older),
+      // or PostgreSQL did not answer in time.
+      if (stream->error().empty() && view.error) {
+        stream->set_error(absl::StrCat("could not read the slot: ", view.error->message()));
+      } else if (stream->error().empty() && !view.fresh) {
+        stream->set_error(absl::StrCat("PostgreSQL did not answer the slot query within ",
+                                       absl::FormatDuration(kSlotReadWait)));
       }
-      const absl::StatusOr<replication::SlotReport> report =
-          view.report ? *view.report
-                      : absl::StatusOr<replication::SlotReport>(
-                            absl::UnavailableError("the slot was not read yet"));
-      if (report.ok()) {
-        if (report->server_wal_lsn.valid()) server_lsn = report->server_wal_lsn;
-        if (report->slot) {
-          slot->set_plugin(report->slot->plugin);
-          slot->set_active(report->slot->active);
-          slot->set_confirmed_flush_lsn(report->slot->confirmed_flush.ToString());
-          slot->set_restart_lsn(report->slot->restart_lsn.ToString());
-          slot->set_wal_status(report->slot->wal_status);
-          if (report->slot->restart_lsn.valid() && server_lsn > report->slot->restart_lsn) {
-            slot->set_retained_wal_bytes(server_lsn.value() - report->slot->restart_lsn.value());
+      if (view.report) {
+        if (!view.fresh || view.error) {
+          absl::StrAppend(stream->mutable_error(), stream->error().empty() ? "" : "; ",
+                          "the slot figures are from ",
+                          absl::FormatDuration(
+                              absl::Trunc(absl::Now() - view.read_at, absl::Seconds(1))),
+                          " ago");
+        }
+        if (view.report->server_wal_lsn.valid()) server_lsn = view.report->server_wal_lsn;
+        if (const std::optional<replication::SlotState>& state = view.report->slot) {
+          slot->set_plugin(state->plugin);
+          slot->set_active(state->active);
+          slot->set_confirmed_flush_lsn(state->confirmed_flush.ToString());
+          slot->set_restart_lsn(state->restart_lsn.ToString());
+          slot->set_wal_status(state->wal_status);
+          if (state->restart_lsn.valid() && server_lsn > state->restart_lsn) {
+            slot->set_retained_wal_bytes(server_lsn.value() - state->restart_lsn.value());
           }
         } else {
           slot->set_wal_status("missing");
         }
-      } else if (stream->error().empty()) {
-        stream->set_error(absl::StrCat("could not read the slot: ", report.status().message()));
       }
       stream->set_server_wal_lsn(server_lsn.ToString());
       stream->set_buffered_events(snapshot.buffered_events);
@@ -471,7 +473,13 @@ void ChangeStreamService::Stop(const absl::Status& why) {
     absl::MutexLock lock(&mu_);
     stopping_ = why;
   }
-  calls_.Stop(ToGrpc(why));
+  // A unary call cut short may have taken effect already: say so.
+  calls_.Stop(ToGrpc(reason::WithReason(
+      absl::UnavailableError(absl::StrCat(
+          why.message(),
+          "; a call the server was still answering may or may not have taken effect: retry an "
+          "Ack (acks are cumulative), check GetStatus after RemoveConsumer or ResetConsumer")),
+      reason::kServerStopping)));
 }
 
 }  // namespace walfeed::server

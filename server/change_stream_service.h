@@ -15,8 +15,11 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/auth.h"
 #include "server/error_details.h"
 #include "server/session_limits.h"

@@ -1,5 +1,6 @@
 #include "server/error_details.h"
 
+#include <cstdint>
 #include <string>
 
 #include "google/rpc/error_details.pb.h"

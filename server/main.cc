@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "replication/pg/pg_stream_source.h"
 #include "server/config.h"
@@ -140,8 +142,9 @@ int Run(const Flags& flags) {
   // shutdown_timeout it exits anyway: nothing is lost by that, as by any crash:
   // unacked events are delivered again, and positions not yet confirmed are
   // read again from the slot.
-  std::thread watchdog([grace] {
-    absl::SleepFor(grace);
+  absl::Notification stopped;
+  std::thread watchdog([grace, &stopped] {
+    if (stopped.WaitForNotificationWithTimeout(grace)) return;
     spdlog::warn("shutdown did not finish within {} (PostgreSQL or a client is not "
                  "answering): exiting now; nothing is lost, the next start resumes from the "
                  "stored positions",
@@ -149,8 +152,10 @@ int Run(const Flags& flags) {
     spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
     std::_Exit(0);
   });
-  watchdog.detach();
   (*server)->Shutdown();
+  server->reset();  // Joins what is left (the slot monitors), still under the watchdog.
+  stopped.Notify();
+  watchdog.join();
   return 0;
 }
 

@@ -11,26 +11,28 @@ SlotMonitor::SlotMonitor(Reader read) : read_(std::move(read)) {
 }
 
 SlotMonitor::~SlotMonitor() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
+  Stop();
   thread_.join();
 }
 
+void SlotMonitor::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+}
+
 bool SlotMonitor::RecentLocked(absl::Time asked) const {
-  return last_.has_value() && last_started_ >= asked - kFresh;
+  return read_once_ && last_started_ >= asked - kFresh;
 }
 
 void SlotMonitor::Want() {
   absl::MutexLock lock(&mu_);
+  if (stopping_) return;
   const absl::Time now = absl::Now();
   if (RecentLocked(now) || (running_ && running_since_ >= now - kFresh)) return;
   wanted_ = true;
 }
 
-SlotMonitor::View SlotMonitor::Get(absl::Time deadline) {
-  const absl::Time asked = absl::Now();
+SlotMonitor::View SlotMonitor::Get(absl::Time asked, absl::Time deadline) {
   Want();
   absl::MutexLock lock(&mu_);
   auto recent = [this, asked]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -38,8 +40,9 @@ SlotMonitor::View SlotMonitor::Get(absl::Time deadline) {
   };
   mu_.AwaitWithDeadline(absl::Condition(&recent), deadline);
   View view;
-  view.report = last_;
-  view.read_at = last_started_;
+  view.report = good_;
+  view.read_at = good_started_;
+  view.error = error_;
   view.fresh = RecentLocked(asked);
   return view;
 }
@@ -59,8 +62,15 @@ void SlotMonitor::Loop() {
     absl::StatusOr<replication::SlotReport> report = read_();
     absl::MutexLock lock(&mu_);
     running_ = false;
-    last_ = std::move(report);
+    read_once_ = true;
     last_started_ = started;
+    if (report.ok()) {
+      good_ = *std::move(report);
+      good_started_ = started;
+      error_.reset();
+    } else {
+      error_ = report.status();
+    }
   }
 }
 

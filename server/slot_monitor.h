@@ -30,24 +30,31 @@ class SlotMonitor {
 
   using Reader = std::function<absl::StatusOr<replication::SlotReport>()>;
   explicit SlotMonitor(Reader read);
-  // Joins the thread (after a read in progress ends: each libpq call is bounded).
+  // Stop, then joins the thread (after a read in progress ends: each libpq
+  // call is bounded).
   ~SlotMonitor();
   SlotMonitor(const SlotMonitor&) = delete;
   SlotMonitor& operator=(const SlotMonitor&) = delete;
 
   struct View {
-    // The last read's outcome; nullopt before any read finished.
-    std::optional<absl::StatusOr<replication::SlotReport>> report;
+    // The last successful read's report; nullopt before one.
+    std::optional<replication::SlotReport> report;
     // When that read started.
     absl::Time read_at = absl::InfinitePast();
-    // It is recent enough for the caller (it did not stop at the deadline).
+    // Why the reads since then failed, if they did.
+    std::optional<absl::Status> error;
+    // A read that started at most kFresh before the caller asked finished
+    // (successfully or not) by the deadline.
     bool fresh = false;
   };
 
   // Asks for a read unless a recent one is done or running; returns at once.
   void Want() ABSL_LOCKS_EXCLUDED(mu_);
-  // Want(), then waits until a recent read is done or `deadline` passes.
-  View Get(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  // Want(), then waits until a read recent for a caller that asked at `asked`
+  // is done, or `deadline` passes, or Stop.
+  View Get(absl::Time asked, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  // No more reads; waiting callers return at once.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -55,8 +62,11 @@ class SlotMonitor {
 
   const Reader read_;
   absl::Mutex mu_;
-  std::optional<absl::StatusOr<replication::SlotReport>> last_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::optional<replication::SlotReport> good_ ABSL_GUARDED_BY(mu_);  // Last successful.
+  absl::Time good_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::optional<absl::Status> error_ ABSL_GUARDED_BY(mu_);  // Since good_.
+  absl::Time last_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // Any outcome.
+  bool read_once_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time running_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool wanted_ ABSL_GUARDED_BY(mu_) = false;

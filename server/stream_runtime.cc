@@ -145,6 +145,7 @@ void StreamRuntime::DetachLaggard(const std::string& consumer) {
 void StreamRuntime::BeginStop(const absl::Status& why) {
   WakeAll(registry_.Stop(why));
   supervisor_.BeginStop();
+  slot_monitor_->Stop();
 }
 
 void StreamRuntime::Stop(const absl::Status& why) {

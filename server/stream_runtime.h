@@ -137,7 +137,9 @@ class StreamRuntime : public replication::StreamSink {
   // fresh read without waiting; SlotView waits for one until `deadline`, then
   // answers with the last read and its age.
   void WantSlot() { slot_monitor_->Want(); }
-  SlotMonitor::View SlotView(absl::Time deadline) { return slot_monitor_->Get(deadline); }
+  SlotMonitor::View SlotView(absl::Time asked, absl::Time deadline) {
+    return slot_monitor_->Get(asked, deadline);
+  }
 
   // Wakes sessions whose progress frame is due; the server calls it periodically.
   void Tick();

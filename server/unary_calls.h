@@ -8,9 +8,12 @@
 // first answers the call; the other does nothing. Because gRPC may free a
 // call's request and response once it is answered, a worker copies its inputs
 // before it starts and writes the response only inside Finish's `fill`.
+// (Calls that reach gRPC after its own drain began are refused by gRPC, with
+// UNAVAILABLE and no details.)
 #ifndef WALFEED_SERVER_UNARY_CALLS_H_
 #define WALFEED_SERVER_UNARY_CALLS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
@@ -30,6 +33,10 @@ class UnaryCalls {
   // Registers `reactor`'s call; nullopt when stopping (the call was finished
   // with the stop status).
   std::optional<Id> Open(grpc::ServerUnaryReactor* reactor) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Whether the call still waits for its answer (work for a call Stop
+  // answered can be skipped).
+  bool IsOpen(Id id) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Unless Stop answered the call already: runs `fill` (writes the response)
   // and finishes it with `status`.

@@ -196,7 +196,9 @@ void WalfeedServer::Shutdown() {
     // included, until its deadline. Once every session has sent its last
     // status there is nothing left to drain: a short deadline then closes the
     // idle connections (a unary status still in flight gets those moments).
-    const absl::Time deadline = absl::Now() + config_.shutdown_timeout;
+    // Half the budget at most: a client that stopped reading must not use up
+    // the time the readers need to end their copy cleanly.
+    const absl::Time deadline = absl::Now() + config_.shutdown_timeout / 2;
     if (service_) service_->AwaitSubscriptionsDone(deadline);
     server_->Shutdown(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(100))));
     server_->Wait();

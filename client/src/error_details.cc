@@ -33,9 +33,13 @@ absl::Status StatusFromGrpc(const grpc::Status& status, absl::string_view what) 
     if (any.UnpackTo(&info)) {
       if (info.domain() == kDomain) converted.SetPayload(kReasonKey, absl::Cord(info.reason()));
     } else if (any.UnpackTo(&retry)) {
-      const int64_t nanos =
-          retry.retry_delay().seconds() * 1000000000 + retry.retry_delay().nanos();
-      if (nanos >= 0) converted.SetPayload(kRetryDelayKey, absl::Cord(absl::StrCat(nanos)));
+      // Saturating arithmetic: a hostile or broken delay cannot overflow.
+      const absl::Duration delay = absl::Seconds(retry.retry_delay().seconds()) +
+                                   absl::Nanoseconds(retry.retry_delay().nanos());
+      if (delay >= absl::ZeroDuration() && delay < absl::InfiniteDuration()) {
+        converted.SetPayload(kRetryDelayKey,
+                             absl::Cord(absl::StrCat(absl::ToInt64Nanoseconds(delay))));
+      }
     }
   }
   return converted;

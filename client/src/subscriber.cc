@@ -720,9 +720,12 @@ absl::Status Subscriber::Run(const Handler& handler) {
         break;
     }
     if (end.started) attempt = 0;
-    // Never sooner than the server asked (it may ask for no wait: a reset).
-    const absl::Duration delay = std::max(BackoffDelay(options_.backoff, attempt, random),
-                                          RetryDelay(end.status).value_or(absl::ZeroDuration()));
+    // Never sooner than the server asked (it may ask for no wait: a reset), and
+    // never later than the backoff's cap, whatever it asked.
+    const absl::Duration delay =
+        std::max(BackoffDelay(options_.backoff, attempt, random),
+                 std::min(RetryDelay(end.status).value_or(absl::ZeroDuration()),
+                          options_.backoff.cap));
     attempt = std::min(attempt + 1, 30);
     if (options_.on_retry) options_.on_retry(end.status, delay);
     absl::MutexLock lock(&core_->mu);

@@ -1,21 +1,14 @@
 #include "replication/pg/pg_conn.h"
 
-#include <poll.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <string_view>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/time/clock.h"
-#include "replication/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace walfeed::replication::pg {
@@ -24,53 +17,6 @@ namespace {
 std::string Field(const PGresult* result, int field) {
   const char* value = PQresultErrorField(result, field);
   return value == nullptr ? "" : value;
-}
-
-// The effective connect_timeout (libpq: at least 2 s; 0 or negative: none).
-absl::Duration ConnectTimeout(PGconn* conn) {
-  absl::Duration timeout = absl::InfiniteDuration();
-  PQconninfoOption* options = PQconninfo(conn);
-  for (PQconninfoOption* o = options; o != nullptr && o->keyword != nullptr; ++o) {
-    int seconds = 0;
-    if (std::string_view(o->keyword) == "connect_timeout" && o->val != nullptr &&
-        absl::SimpleAtoi(o->val, &seconds) && seconds > 0) {
-      timeout = absl::Seconds(std::max(seconds, 2));
-    }
-  }
-  PQconninfoFree(options);
-  return timeout;
-}
-
-// Drives a PQconnectStartParams connection to the end. libpq's blocking connect
-// would do the same, but then the error verbosity could not be set first. The
-// timeout bounds the whole attempt (libpq's bounds each host).
-absl::Status CompleteConnect(PGconn* conn) {
-  const absl::Time deadline = absl::Now() + ConnectTimeout(conn);
-  PostgresPollingStatusType polled = PGRES_POLLING_WRITING;
-  while (polled != PGRES_POLLING_OK) {
-    if (polled == PGRES_POLLING_FAILED || PQstatus(conn) == CONNECTION_BAD) {
-      return StatusFromConnection(conn, "connecting to PostgreSQL");
-    }
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      return absl::UnavailableError(
-          absl::StrCat("connecting to PostgreSQL: no answer within connect_timeout (",
-                       absl::FormatDuration(ConnectTimeout(conn)), ")"));
-    }
-    pollfd fd{PQsocket(conn),
-              static_cast<short>(polled == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
-    const int ms =
-        left == absl::InfiniteDuration()
-            ? -1
-            : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60000));
-    const int ready = ::poll(&fd, 1, ms);
-    if (ready < 0 && errno != EINTR) {
-      return absl::UnavailableError(
-          absl::StrCat("connecting to PostgreSQL: poll: ", std::strerror(errno)));
-    }
-    if (ready > 0) polled = PQconnectPoll(conn);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -122,12 +68,21 @@ absl::Status StatusFromConnectionMessage(absl::string_view error, absl::string_v
   // timed out) carry no SQLSTATE and are transient.
   std::string sqlstate;
   std::string message;
+  bool first_line = true;  // Of an attempt: the only line that may carry the code.
   for (absl::string_view line : absl::StrSplit(error, '\n')) {
     line = absl::StripTrailingAsciiWhitespace(line);
     if (line.empty() || absl::StartsWith(line, "LOCATION:")) continue;
+    // libpq starts each host's attempt with "connection to server ...": a new
+    // attempt, whose outcome replaces the previous one's.
+    if (absl::StartsWith(line, "connection to server")) {
+      sqlstate.clear();
+      message.clear();
+      first_line = true;
+    }
+    const bool may_carry_code = std::exchange(first_line, false);
     // The code follows the first ":  " and is itself followed by ": ".
     const size_t at = line.find(":  ");
-    if (at != absl::string_view::npos && line.size() >= at + 3 + 7 &&
+    if (may_carry_code && at != absl::string_view::npos && line.size() >= at + 3 + 7 &&
         line.substr(at + 3 + 5, 2) == ": " &&
         std::all_of(line.begin() + at + 3, line.begin() + at + 3 + 5, [](char c) {
           return absl::ascii_isdigit(static_cast<unsigned char>(c)) ||
@@ -184,12 +139,22 @@ absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kin
   }
   keys.push_back(nullptr);
   values.push_back(nullptr);
+  // Verbose errors carry the SQLSTATE of a refusal (see StatusFromConnection),
+  // and the verbosity must be set before the startup's errors are formatted.
+  // So: a connection object that has only begun, the verbosity, then PQreset,
+  // which connects again the blocking way with libpq's own handling of several
+  // hosts and addresses (connect_timeout per address, then the next one) and
+  // keeps the verbosity.
   PgConnPtr conn(PQconnectStartParams(keys.data(), values.data(), /*expand_dbname=*/1));
   if (conn == nullptr) return absl::UnavailableError("connecting to PostgreSQL: out of memory");
-  // Verbose errors carry the SQLSTATE of a refusal (see StatusFromConnection):
-  // set before the first poll, so the startup's own errors are formatted so.
+  if (PQstatus(conn.get()) == CONNECTION_BAD) {
+    return StatusFromConnection(conn.get(), "connecting to PostgreSQL");
+  }
   PQsetErrorVerbosity(conn.get(), PQERRORS_VERBOSE);
-  WALFEED_RETURN_IF_ERROR(CompleteConnect(conn.get()));
+  PQreset(conn.get());
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    return StatusFromConnection(conn.get(), "connecting to PostgreSQL");
+  }
   // libpq prints server notices (e.g. "forwarding to X" when a start position is
   // below the slot's) on stderr; route them through the log instead.
   PQsetNoticeProcessor(conn.get(), &LogNotice, nullptr);

@@ -7,7 +7,6 @@
 #include <algorithm>
 
 #include "absl/random/random.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "replication/copy_data.h"
 #include "replication/pg/replication_connection.h"
@@ -210,7 +209,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
       // Not reading, it cannot see a shutdown's wait (see HandleFrame): the
       // store's connection tells instead, on the status cadence.
       if (due) persister_->RequestPing();
-      WALFEED_RETURN_IF_ERROR(CheckStore());
+      WALFEED_RETURN_IF_ERROR(CheckStore(/*full=*/true));
     }
     if (due || persister_->durable() > durable_) {
       // Silent for a status interval: ask the walsender to answer.
@@ -311,14 +310,17 @@ absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
   return absl::OkStatus();
 }
 
-absl::Status StreamReader::CheckStore() {
+absl::Status StreamReader::CheckStore(bool full) {
   std::optional<absl::Status> failed = persister_->TakeError();
   if (!failed) return absl::OkStatus();
-  // Class 57, operator intervention: the store's session was ended by a
-  // shutdown (57P01) or the server refuses new ones while it shuts down (57P03).
-  // Its walsender then waits for walfeed to confirm everything it sent, which
+  // While full (not reading), a store whose session a shutdown ended (57P01,
+  // 57P02) or which refuses new ones while shutting down (57P03) says that the
+  // walsender now waits for walfeed to confirm everything it sent, which
   // walfeed may not do (unacked): closing the connection lets the shutdown end.
-  if (absl::StartsWith(SqlStateOf(*failed), "57")) {
+  // (A checkpoint store on another cluster that restarts costs a re-read from
+  // the slot, nothing more.) While reading, the walsender's own messages tell.
+  const std::string sqlstate = SqlStateOf(*failed);
+  if (full && (sqlstate == "57P01" || sqlstate == "57P02" || sqlstate == "57P03")) {
     return absl::UnavailableError(absl::StrCat(
         "PostgreSQL is shutting down (", failed->message(),
         "); closing the replication connection so its shutdown can finish"));
@@ -339,7 +341,7 @@ void StreamReader::RequestPersist(absl::Time now) {
 
 absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn, bool request_reply) {
   durable_ = std::max(durable_, persister_->durable());
-  WALFEED_RETURN_IF_ERROR(CheckStore());
+  WALFEED_RETURN_IF_ERROR(CheckStore(/*full=*/false));
   copy_data::StandbyStatusUpdate update;
   Lsn received;
   {

@@ -159,9 +159,10 @@ class StreamReader {
   void RequestPersist(absl::Time now);
   // `request_reply`: ask the walsender to answer at once (a liveness probe).
   absl::Status SendStatusUpdate(ReplicationConnection& conn, bool request_reply = false);
-  // A failed store write or ping: logged, or, when it says PostgreSQL is
-  // shutting down (SQLSTATE class 57), the error that ends the session.
-  absl::Status CheckStore();
+  // A failed store write or ping: logged; or, while the sink is `full` and it
+  // says PostgreSQL is shutting down (57P01-57P03), the error that ends the
+  // session.
+  absl::Status CheckStore(bool full);
   // Waits up to `timeout` (real time) for Stop()/Wake(); drains the wake fd.
   void WaitForWake(absl::Duration timeout);
   void DrainWakeFd();

@@ -2,6 +2,11 @@
 // replication connections.
 #include "replication/pg/pg_conn.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -68,6 +73,16 @@ TEST(PgConnUnitTest, ConnectionFailuresAreClassifiedBySqlStateNotWording) {
                   "connection to server at \"b\" failed: FATAL:  28000: no pg_hba.conf entry",
                   "c"),
               StatusIs(absl::StatusCode::kPermissionDenied));
+  // ... also when an earlier host refused for good and the last is only down.
+  EXPECT_THAT(StatusFromConnectionMessage(
+                  "connection to server at \"a\" failed: FATAL:  28P01: password authentication "
+                  "failed for user \"w\"\nconnection to server at \"b\" failed: Connection refused",
+                  "c"),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("Connection refused")));
+  // A later line of the same attempt (DETAIL, HINT) never carries the code.
+  EXPECT_THAT(StatusFromConnectionMessage("could not connect\nDETAIL:  ABCDE: looks like a code",
+                                          "c"),
+              StatusIs(absl::StatusCode::kUnavailable));
   // libpq's own failures have no SQLSTATE, whatever their wording says.
   EXPECT_THAT(StatusFromConnectionMessage(
                   "connection to server at \"db\", port 5432 failed: password authentication "
@@ -148,6 +163,28 @@ TEST_F(PgConnTest, ClassifiesServerErrors) {
   EXPECT_THAT(
       Connect(absl::StrCat(pg_->ConnInfo(), " user=no_such_role"), ConnectionKind::kReplication),
       StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("SQLSTATE 28000")));
+}
+
+// libpq's handling of several hosts is kept: a first host that accepts the TCP
+// connection but never answers costs connect_timeout, then the next one serves.
+TEST_F(PgConnTest, ASilentFirstHostFallsThroughToTheNext) {
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(silent, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(silent, 4), 0);  // Never accepted: the kernel completes the handshake.
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<PgConnPtr> conn = Connect(
+      absl::StrCat(pg_->ConnInfo(), " host=127.0.0.1,127.0.0.1 port=", ntohs(address.sin_port),
+                   ",", pg_->port(), " connect_timeout=2"),
+      ConnectionKind::kSql);
+  EXPECT_THAT(conn, IsOk());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  close(silent);
 }
 
 TEST_F(PgConnTest, ConnectionRefusedIsTransient) {

@@ -357,7 +357,8 @@ TEST_F(StreamReaderUnitTest, WhileFullAStoreThatSaysShuttingDownEndsTheSession) 
 TEST_F(StreamReaderUnitTest, OtherStoreErrorsAndRoomMeanNoShutdown) {
   // Full, the store failing for another reason: logged, the session stays.
   sink_.SetRoom(false);
-  store_.SetPingResult(StoreError("08006", "connection lost"));
+  // Class 57 too, but not a shutdown: a statement timeout on the store.
+  store_.SetPingResult(StoreError("57014", "canceling statement due to statement timeout"));
   const absl::Time start = clock_.Now();
   ASSERT_THAT(Run({Script().Frames(Golden())},
                   [&](const SentUpdate& u) { return u.at - start >= absl::Seconds(10); }),
