@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes the example consumers runnable: generates the Python and Go stubs from
-# proto/, builds the Go consumer, installs the Node modules, and writes one
-# launcher per language with the same command line:
+# proto/ (for Python also the google.rpc error details, proto/google/rpc), builds
+# the Go consumer, installs the Node modules, and writes one launcher per
+# language with the same command line:
 #
 #   bash examples/build.sh OUT
 #   OUT/bin/{python,node,go}-consumer --server HOST:PORT --stream S --consumer C \
@@ -16,8 +17,9 @@
 #
 # Needs (deploy/install-deps.sh installs them): protoc, grpc_python_plugin,
 # /usr/bin/python3 with python3-grpcio, python3-protobuf and python3-psycopg2, go with
-# protoc-gen-go, protoc-gen-go-grpc and Debian's grpc-go and protobuf-go sources
-# (GOPATH mode: no module proxy needed), node and npm.
+# protoc-gen-go, protoc-gen-go-grpc and Debian's grpc-go, protobuf-go and genproto
+# sources (GOPATH mode: no module proxy needed; genproto's errdetails has the
+# google.rpc error details), node and npm.
 set -euo pipefail
 
 if [ $# -ne 1 ]; then echo "usage: $0 OUT" >&2; exit 2; fi
@@ -25,6 +27,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$1"
 out="$(cd "$1" && pwd)"
 proto=walfeed/v1/change_stream.proto
+# The standard error details every walfeed error carries (google.rpc.Status,
+# ErrorInfo, RetryInfo).
+rpc_protos=(google/rpc/status.proto google/rpc/error_details.proto)
 for tool in protoc /usr/bin/grpc_python_plugin /usr/bin/python3 go protoc-gen-go \
     protoc-gen-go-grpc node npm; do
   if ! command -v "$tool" >/dev/null; then
@@ -34,11 +39,13 @@ for tool in protoc /usr/bin/grpc_python_plugin /usr/bin/python3 go protoc-gen-go
 done
 mkdir -p "$out/bin"
 
-# Python: messages (_pb2) and stubs (_pb2_grpc) from the system protoc.
+# Python: messages (_pb2) and stubs (_pb2_grpc) from the system protoc, and the
+# google.rpc messages (Debian's python3-grpcio has no grpc_status module).
 rm -rf "$out/python"
 mkdir -p "$out/python/gen"
 protoc -I "$root/proto" --python_out="$out/python/gen" --grpc_python_out="$out/python/gen" \
   --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin "$proto"
+protoc -I "$root/proto" --python_out="$out/python/gen" "${rpc_protos[@]}"
 /usr/bin/python3 -c 'import grpc, google.protobuf, psycopg2' 2>/dev/null || {
   echo "examples/build.sh: /usr/bin/python3 lacks grpc, protobuf or psycopg2: run deploy/install-deps.sh" >&2
   exit 1
@@ -46,6 +53,9 @@ protoc -I "$root/proto" --python_out="$out/python/gen" --grpc_python_out="$out/p
 
 # Go, in GOPATH mode: the generated package lands at its go_package import path
 # (walfeed/gen/go/walfeed/v1) under OUT/go/src, next to a copy of the example.
+# The google.rpc details come from Debian's genproto (errdetails), which grpc-go's
+# status package already uses for google.rpc.Status: generating them again here
+# would register the same proto files twice.
 gopath="$out/go"
 rm -rf "$gopath/src" "$gopath/bin"
 mkdir -p "$gopath/src/walfeed/examples/go"

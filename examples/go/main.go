@@ -7,7 +7,7 @@
 // defines the JSON). A batch is written and fsynced before it is acked, so a
 // crash can only repeat events, never lose them: the server resumes after the
 // last durable ack. The stubs come from protoc-gen-go and protoc-gen-go-grpc
-// (see examples/build.sh).
+// (see examples/build.sh); the google.rpc error details from Debian's genproto.
 package main
 
 import (
@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -65,6 +66,74 @@ func canonical(e *walfeedv1.ChangeEvent) string {
 		quote(e.GetSchema()), quote(e.GetTable()))
 }
 
+// codeNames are the canonical status code names, as Python and Node print them
+// (codes.Code's String is CamelCase, and says "Canceled").
+var codeNames = []string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+	"FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE",
+	"DATA_LOSS", "UNAUTHENTICATED"}
+
+// failure is why a subscription ended: the code's name, walfeed's reason (""
+// if none), the server's retry delay (nil if it gave none) and the message.
+type failure struct {
+	code, reason, message string
+	retryDelay            *time.Duration
+}
+
+// failureOf reads the details every walfeed error carries in its
+// grpc-status-details-bin trailer: a google.rpc.Status whose details hold a
+// google.rpc.ErrorInfo (domain "walfeed.v1", reason: an ErrorReason value's name
+// without ERROR_REASON_) and, when a retry is right, a google.rpc.RetryInfo.
+// grpc-go decodes the Status; importing errdetails lets it unpack the two.
+func failureOf(err error) failure {
+	s := status.Convert(err)
+	f := failure{code: "UNKNOWN", message: s.Message()}
+	if int(s.Code()) < len(codeNames) {
+		f.code = codeNames[s.Code()]
+	}
+	for _, detail := range s.Details() {
+		switch d := detail.(type) {
+		case *errdetails.ErrorInfo:
+			if d.GetDomain() == "walfeed.v1" {
+				f.reason = d.GetReason()
+			}
+		case *errdetails.RetryInfo:
+			delay := time.Duration(d.GetRetryDelay().GetSeconds())*time.Second +
+				time.Duration(d.GetRetryDelay().GetNanos())
+			f.retryDelay = &delay
+		}
+	}
+	return f
+}
+
+// nextDelay is the retry policy, the same in the Python and Node examples: after
+// a RetryInfo, its delay plus a jittered backoff; UNAVAILABLE or CANCELLED
+// without walfeed's details are gRPC's own (the connection was lost or refused;
+// the consumer never cancels a call it still reads, so a CANCELLED is the
+// transport's, e.g. a proxy resetting the stream), retried with the backoff;
+// anything else needs a human: false, give up.
+func nextDelay(f failure, attempt int) (time.Duration, bool) {
+	if f.retryDelay == nil && (f.reason != "" || (f.code != "UNAVAILABLE" && f.code != "CANCELLED")) {
+		return 0, false
+	}
+	// Capped exponential backoff with full jitter: up to 100ms, 200ms, ... 3.2s, then 5s.
+	limit := 5 * time.Second
+	if attempt < 6 {
+		limit = time.Duration(100<<attempt) * time.Millisecond
+	}
+	delay := time.Duration(rand.Int63n(int64(limit)))
+	if f.retryDelay != nil {
+		delay += *f.retryDelay
+	}
+	return delay, true
+}
+
+// drainFor: after an Ack refused with ABORTED (the session is no longer the
+// consumer's active one: reset, taken over, being removed), the Subscribe
+// stream's own status follows at once and says which. Frames are dropped until
+// it comes; if they still come this long after, the Ack's error stands.
+const drainFor = 10 * time.Second
+
 // openOutput opens path for appending, first cutting off a line torn by a crash.
 func openOutput(path string) (*os.File, error) {
 	if data, err := os.ReadFile(path); err == nil && len(data) > 0 && data[len(data)-1] != '\n' {
@@ -91,12 +160,22 @@ func consume(client walfeedv1.ChangeStreamClient, stream, consumer string, ackEv
 	// position the server passed: events our filters left out); acked: the last one acked.
 	var session, ackTo, acked string
 	pending := 0
+	var refused error // An Ack refused with ABORTED: see drainFor.
+	var giveUpAt time.Time
 	for {
 		resp, err := sub.Recv()
-		if err == io.EOF {
+		if err == io.EOF && refused != nil {
+			return refused
+		} else if err == io.EOF {
 			return status.Error(codes.Unavailable, "the stream ended") // Never expected.
 		} else if err != nil {
 			return err
+		}
+		if refused != nil { // Dropped, never written: the stream's status decides.
+			if time.Now().After(giveUpAt) {
+				return refused
+			}
+			continue
 		}
 		if started := resp.GetStarted(); started != nil { // Always first: names the session acks go to.
 			session = started.GetSessionId()
@@ -129,8 +208,11 @@ func consume(client walfeedv1.ChangeStreamClient, stream, consumer string, ackEv
 		// ... then ack, cumulatively: every --ack-every batches, and when idle.
 		if pending > 0 && (pending >= ackEvery || resp.GetProgress() != nil) {
 			if _, err := client.Ack(ctx, &walfeedv1.AckRequest{Stream: stream, Consumer: consumer,
-				SessionId: session, EventId: ackTo}); err != nil {
-				return err
+				SessionId: session, EventId: ackTo}); status.Code(err) == codes.Aborted {
+				refused, giveUpAt = err, time.Now().Add(drainFor)
+				continue
+			} else if err != nil {
+				return err // Decides by itself.
 			}
 			log.Printf("acked %s", ackTo)
 			acked = ackTo
@@ -168,23 +250,22 @@ func main() {
 	}
 	attempt := 0
 	for {
-		err := consume(client, *stream, *consumer, *ackEvery, out, func() { attempt = 0 })
-		// Retried: UNAVAILABLE (server unreachable or restarting, stream
-		// reconnecting) and CANCELLED, which this consumer never causes itself (a
-		// server that is shutting down cancels calls that arrive then). DATA_LOSS,
-		// NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT, ABORTED ... need a human.
-		if s := status.Convert(err); s.Code() != codes.Unavailable && s.Code() != codes.Canceled {
-			log.Fatalf("walfeed consumer: %s: %s", s.Code(), s.Message())
+		f := failureOf(consume(client, *stream, *consumer, *ackEvery, out, func() { attempt = 0 }))
+		delay, retry := nextDelay(f, attempt)
+		if !retry {
+			reason := ""
+			if f.reason != "" {
+				reason = " " + f.reason
+			}
+			log.Fatalf("walfeed consumer: %s%s: %s", f.code, reason, f.message)
 		}
-		// Capped exponential backoff with full jitter; the next Subscribe resumes
-		// after the server's durable checkpoint.
-		limit := 5 * time.Second
-		if attempt < 6 {
-			limit = time.Duration(100<<attempt) * time.Millisecond // 100ms .. 3.2s
-		}
-		delay := time.Duration(rand.Int63n(int64(limit)))
+		// The next Subscribe resumes after the server's durable checkpoint.
 		attempt++
-		log.Printf("retry in %dms: %s", delay.Milliseconds(), status.Convert(err).Message())
+		what := f.reason
+		if what == "" {
+			what = f.code
+		}
+		log.Printf("retry in %dms: %s: %s", delay.Milliseconds(), what, f.message)
 		time.Sleep(delay)
 	}
 }

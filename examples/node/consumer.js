@@ -13,6 +13,7 @@ const path = require('path');
 const { parseArgs } = require('util');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const protobuf = require('protobufjs');
 
 // keepCase: fields keep their proto names (new_values, session_id): without it
 // proto-loader expects camelCase and silently drops snake_case request fields.
@@ -23,6 +24,64 @@ const definition = protoLoader.loadSync('walfeed/v1/change_stream.proto', {
   includeDirs: [PROTO_DIR], keepCase: true, oneofs: true, longs: String, enums: String, defaults: true,
 });
 const { ChangeStream } = grpc.loadPackageDefinition(definition).walfeed.v1;
+
+// Every walfeed error carries, in the grpc-status-details-bin trailer, a
+// google.rpc.Status whose details hold a google.rpc.ErrorInfo (domain
+// "walfeed.v1", reason: an ErrorReason value's name without ERROR_REASON_) and,
+// when a retry is right, a google.rpc.RetryInfo. protobufjs decodes them from
+// proto/google/rpc (its imports, google/protobuf/*.proto, are bundled with it).
+const rpc = new protobuf.Root().loadSync(['status.proto', 'error_details.proto'].map(
+  (file) => path.join(PROTO_DIR, 'google', 'rpc', file)), { keepCase: true });
+const RpcStatus = rpc.lookupType('google.rpc.Status');
+const ErrorInfo = rpc.lookupType('google.rpc.ErrorInfo');
+const RetryInfo = rpc.lookupType('google.rpc.RetryInfo');
+
+// Why a subscription ended: the code's name, walfeed's reason ('' if none), the
+// server's retry delay in ms (null if it gave none) and the message.
+function failureOf(err) {
+  const failure = { code: grpc.status[err.code] ?? 'UNKNOWN', message: err.details ?? err.message,
+    reason: '', retryDelayMs: null };
+  for (const bin of err.metadata?.get('grpc-status-details-bin') ?? []) {
+    let details;
+    try {
+      details = RpcStatus.decode(bin).details;
+    } catch {
+      continue; // Not a google.rpc.Status: as if there were no details.
+    }
+    for (const any of details) {
+      const type = any.type_url.slice(any.type_url.lastIndexOf('/') + 1);
+      if (type === 'google.rpc.ErrorInfo') {
+        const info = ErrorInfo.decode(any.value);
+        if (info.domain === 'walfeed.v1') failure.reason = info.reason;
+      } else if (type === 'google.rpc.RetryInfo') {
+        const delay = RetryInfo.toObject(RetryInfo.decode(any.value), { longs: Number }).retry_delay;
+        failure.retryDelayMs = (delay?.seconds ?? 0) * 1000 + (delay?.nanos ?? 0) / 1e6;
+      }
+    }
+  }
+  return failure;
+}
+
+// The retry policy, the same in the Python and Go examples: after a RetryInfo,
+// its delay plus a jittered backoff; UNAVAILABLE or CANCELLED without walfeed's
+// details are gRPC's own (the connection was lost or refused; the consumer never
+// cancels a call it still reads, so a CANCELLED is the transport's, e.g. a proxy
+// resetting the stream), retried with the backoff; anything else needs a human:
+// null, give up.
+function nextDelayMs(failure, attempt) {
+  if (failure.retryDelayMs === null &&
+      (failure.reason || (failure.code !== 'UNAVAILABLE' && failure.code !== 'CANCELLED'))) {
+    return null;
+  }
+  // Capped exponential backoff with full jitter: up to 100 ms, 200 ms, ... 3.2 s, then 5 s.
+  return (failure.retryDelayMs ?? 0) + Math.random() * Math.min(5000, 100 * 2 ** attempt);
+}
+
+// After an Ack refused with ABORTED (the session is no longer the consumer's
+// active one: reset, taken over, being removed), the Subscribe stream's own
+// status follows at once and says which. Frames are dropped until it comes; if
+// they still come this long after, the Ack's error stands.
+const DRAIN_MS = 10000;
 
 // The event as canonical JSON: keys inserted in sorted order, no spaces.
 function canonical(e) {
@@ -58,8 +117,14 @@ async function consume(client, args, fd, onStarted) {
   let ackTo = '';
   let acked = '';
   let pending = 0;
+  let refused = null; // An Ack refused with ABORTED: see DRAIN_MS.
+  let giveUpAt = 0;
   try {
     for await (const response of call) {
+      if (refused) { // Dropped, never written: the stream's status decides.
+        if (Date.now() > giveUpAt) throw refused;
+        continue;
+      }
       if (response.frame === 'started') { // Always first: names the session acks go to.
         session = response.started.session_id;
         console.error(`started session=${session} checkpoint=${response.started.checkpoint}`);
@@ -81,13 +146,21 @@ async function consume(client, args, fd, onStarted) {
       }
       // ... then ack, cumulatively: every --ack-every batches, and when idle.
       if (pending && (pending >= args.ackEvery || response.frame === 'progress')) {
-        await ack({ stream: args.stream, consumer: args.consumer, session_id: session,
-          event_id: ackTo });
+        try {
+          await ack({ stream: args.stream, consumer: args.consumer, session_id: session,
+            event_id: ackTo });
+        } catch (err) {
+          if (err.code !== grpc.status.ABORTED) throw err; // Decides by itself.
+          refused = err;
+          giveUpAt = Date.now() + DRAIN_MS;
+          continue;
+        }
         console.error(`acked ${ackTo}`);
         acked = ackTo;
         pending = 0;
       }
     }
+    if (refused) throw refused;
   } finally {
     call.cancel(); // Ends the subscription if an Ack failed; harmless otherwise.
   }
@@ -108,25 +181,22 @@ async function main() {
   const fd = openOutput(args.out);
   let attempt = 0;
   for (;;) {
-    let reason = 'the stream ended'; // The server always ends with a status.
+    let failure = { code: 'UNAVAILABLE', message: 'the stream ended', reason: '',
+      retryDelayMs: null }; // Never expected: the server always ends with a status.
     try {
       await consume(client, args, fd, () => { attempt = 0; });
     } catch (err) {
-      // Retried: UNAVAILABLE (server unreachable or restarting, stream reconnecting)
-      // and CANCELLED, which this consumer never causes itself (a server that is
-      // shutting down cancels calls that arrive then). DATA_LOSS, NOT_FOUND,
-      // PERMISSION_DENIED, INVALID_ARGUMENT, ABORTED ... need a human.
-      if (err.code !== grpc.status.UNAVAILABLE && err.code !== grpc.status.CANCELLED) {
-        console.error(`walfeed consumer: ${grpc.status[err.code] ?? 'ERROR'}: ${err.details ?? err.message}`);
-        process.exit(1);
-      }
-      reason = err.details;
+      failure = failureOf(err); // Not a gRPC error (a failed write): UNKNOWN, given up.
     }
-    // Capped exponential backoff with full jitter; the next Subscribe resumes
-    // after the server's durable checkpoint.
-    const delayMs = Math.random() * Math.min(5000, 100 * 2 ** attempt);
+    const delayMs = nextDelayMs(failure, attempt);
+    if (delayMs === null) {
+      const reason = failure.reason ? ` ${failure.reason}` : '';
+      console.error(`walfeed consumer: ${failure.code}${reason}: ${failure.message}`);
+      process.exit(1);
+    }
+    // The next Subscribe resumes after the server's durable checkpoint.
     attempt += 1;
-    console.error(`retry in ${Math.round(delayMs)}ms: ${reason}`);
+    console.error(`retry in ${Math.round(delayMs)}ms: ${failure.reason || failure.code}: ${failure.message}`);
     await new Promise((resolve) => setTimeout(resolve, delayMs));
   }
 }

@@ -7,12 +7,12 @@
 Each event becomes one line "<id>\\t<canonical JSON>" (examples/README.md defines
 the JSON). A batch is written and fsynced before it is acked, so a crash can only
 repeat events, never lose them: the server resumes after the last durable ack.
-The stubs come from protoc + grpc_python_plugin (see examples/build.sh).
+The stubs come from protoc + grpc_python_plugin (see examples/build.sh); the
+retry policy, read from the error details walfeed attaches, is retry_policy.py.
 """
 import argparse
 import json
 import os
-import random
 import sys
 import time
 
@@ -20,12 +20,7 @@ import grpc
 from walfeed.v1 import change_stream_pb2 as pb
 from walfeed.v1 import change_stream_pb2_grpc as pb_grpc
 
-# UNAVAILABLE (server unreachable or restarting, stream reconnecting to
-# PostgreSQL) is worth a retry, and so is CANCELLED, which this consumer never
-# causes itself: a server that is shutting down cancels calls that arrive then.
-# Every other code (DATA_LOSS, NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT,
-# ABORTED when another instance took over, ...) needs a human.
-RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
+from retry_policy import DRAIN_SECONDS, Failure, retry_or_exit
 
 
 def canonical(event):
@@ -59,8 +54,13 @@ def consume(stub, args, out, on_started):
     # ack_to: the newest id this process may ack (the last event written, or a
     # position the server passed: events our filters left out); acked: the last one acked.
     session, ack_to, acked, pending = None, None, None, 0
+    refused, give_up_at = None, 0.0  # An Ack refused with ABORTED: see DRAIN_SECONDS.
     try:
         for response in call:
+            if refused:  # Dropped, never written: the stream's status decides.
+                if time.monotonic() > give_up_at:
+                    raise refused
+                continue
             frame = response.WhichOneof("frame")
             if frame == "started":  # Always first: names the session acks go to.
                 session = response.started.session_id
@@ -82,10 +82,18 @@ def consume(stub, args, out, on_started):
                 pending += 1
             # ... then ack, cumulatively: every --ack-every batches, and when idle.
             if pending and (pending >= args.ack_every or frame == "progress"):
-                stub.Ack(pb.AckRequest(stream=args.stream, consumer=args.consumer,
-                                       session_id=session, event_id=ack_to))
+                try:
+                    stub.Ack(pb.AckRequest(stream=args.stream, consumer=args.consumer,
+                                           session_id=session, event_id=ack_to))
+                except grpc.RpcError as error:
+                    if error.code() != grpc.StatusCode.ABORTED:
+                        raise  # Decides by itself (e.g. a retryable checkpoint write).
+                    refused, give_up_at = error, time.monotonic() + DRAIN_SECONDS
+                    continue
                 print(f"acked {ack_to}", file=sys.stderr, flush=True)
                 acked, pending = ack_to, 0
+        if refused:
+            raise refused
     finally:
         call.cancel()  # Ends the subscription if an Ack failed; harmless otherwise.
 
@@ -112,16 +120,13 @@ def main():
     while True:
         try:
             consume(stub, args, out, on_started=live)
-            reason = "the stream ended"  # The server always ends with a status.
+            failure = Failure("UNAVAILABLE", "the stream ended")  # Never expected.
         except grpc.RpcError as error:
-            if error.code() not in RETRYABLE:
-                sys.exit(f"walfeed consumer: {error.code().name}: {error.details()}")
-            reason = error.details()
-        # Capped exponential backoff with full jitter; the next Subscribe resumes
-        # after the server's durable checkpoint.
-        delay = random.uniform(0, min(5.0, 0.1 * 2 ** attempt))
+            failure = Failure.of(error)
+        # Exits unless a retry can help. The next Subscribe resumes after the
+        # server's durable checkpoint.
+        delay = retry_or_exit(failure, attempt)
         attempt += 1
-        print(f"retry in {delay * 1000:.0f}ms: {reason}", file=sys.stderr, flush=True)
         time.sleep(delay)
 
 

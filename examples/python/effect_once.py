@@ -17,7 +17,6 @@ the destination already has (tests/clients/client_interop_test.cc uses it).
 """
 import argparse
 import os
-import random
 import sys
 import time
 
@@ -26,10 +25,8 @@ import psycopg2
 from walfeed.v1 import change_stream_pb2 as pb
 from walfeed.v1 import change_stream_pb2_grpc as pb_grpc
 
+from retry_policy import DRAIN_SECONDS, Failure, retry_or_exit
 from watermark import Watermark
-
-# As in consumer.py: retry UNAVAILABLE and CANCELLED, give up on anything else.
-RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 
 CREATE_EFFECTS = """CREATE TABLE IF NOT EXISTS applied_effects (
   event_id   text NOT NULL,   -- deliberately not unique
@@ -57,8 +54,13 @@ def consume(stub, args, dest, wm, on_started):
                                               start_after=start_after),
                           wait_for_ready=True)
     session = None
+    refused, give_up_at = None, 0.0  # An Ack refused with ABORTED, as in consumer.py.
     try:
         for response in call:
+            if refused:  # Dropped, never applied: the stream's status decides.
+                if time.monotonic() > give_up_at:
+                    raise refused
+                continue
             frame = response.WhichOneof("frame")
             if frame == "started":
                 session = response.started.session_id
@@ -82,9 +84,17 @@ def consume(stub, args, dest, wm, on_started):
                 log(f"crashing after commit {args.commits}, before its ack")
                 os._exit(137)  # No cleanup, no ack: like a SIGKILL right here.
             # Only after the destination commit: a cumulative ack.
-            stub.Ack(pb.AckRequest(stream=args.stream, consumer=args.consumer,
-                                   session_id=session, event_id=events[-1].id))
+            try:
+                stub.Ack(pb.AckRequest(stream=args.stream, consumer=args.consumer,
+                                       session_id=session, event_id=events[-1].id))
+            except grpc.RpcError as error:
+                if error.code() != grpc.StatusCode.ABORTED:
+                    raise
+                refused, give_up_at = error, time.monotonic() + DRAIN_SECONDS
+                continue
             log(f"acked {events[-1].id}")
+        if refused:
+            raise refused
     finally:
         call.cancel()
 
@@ -115,17 +125,14 @@ def main():
     def live():
         nonlocal attempt
         attempt = 0
-    while True:  # consumer.py's retry loop: capped exponential backoff, full jitter.
+    while True:  # consumer.py's retry loop (retry_policy.py).
         try:
             consume(stub, args, dest, wm, on_started=live)
-            reason = "the stream ended"
+            failure = Failure("UNAVAILABLE", "the stream ended")  # Never expected.
         except grpc.RpcError as error:
-            if error.code() not in RETRYABLE:
-                sys.exit(f"walfeed consumer: {error.code().name}: {error.details()}")
-            reason = error.details()
-        delay = random.uniform(0, min(5.0, 0.1 * 2 ** attempt))
+            failure = Failure.of(error)
+        delay = retry_or_exit(failure, attempt)
         attempt += 1
-        log(f"retry in {delay * 1000:.0f}ms: {reason}")
         time.sleep(delay)
 
 

@@ -16,7 +16,13 @@
 //     come twice, identical byte for byte, and nothing at or below it does; ids
 //     increase strictly within each run;
 //   - a status no retry can fix (NOT_FOUND, INVALID_ARGUMENT) ends it with exit
-//     code 1 and the server's message;
+//     code 1 and a line naming the code, the server's reason and its message;
+//   - a ResetConsumer (to an id, to the head) while it runs ends its session
+//     with CONSUMER_RESET and a RetryInfo: it subscribes again by itself and
+//     resumes right after the new checkpoint; a second Subscribe of the same
+//     consumer (a takeover) ends it with exit code 1 naming SESSION_SUPERSEDED.
+//     Both are read from the error details (google.rpc.ErrorInfo/RetryInfo),
+//     and the three languages print the same retry and give-up lines;
 //   - an event larger than gRPC's default 4 MiB receive limit (a 5 MB value)
 //     reaches the file as the reference's line, and the consumer acks past it.
 // And for Python's transactional watermark (examples/python/watermark.py, run by
@@ -193,6 +199,11 @@ class ConsumerProcess {
     kill(pid_, signal);
     while (!Reap(0)) {
     }
+  }
+
+  // Sends `signal` without waiting (SIGSTOP pauses the process, SIGCONT resumes it).
+  void Send(int signal) {
+    if (!reaped_) kill(pid_, signal);
   }
 
   // Whether the process has exited by now (reaped if so).
@@ -437,6 +448,24 @@ class ClientInteropTest : public ::testing::TestWithParam<std::string> {
     }
   }
 
+  // ResetConsumer of this test's consumer: to `to`, or to the head when empty.
+  absl::StatusOr<walfeed::v1::ResetConsumerResponse> ResetConsumer(const std::string& to) {
+    walfeed::v1::ResetConsumerRequest request;
+    request.set_stream(kStream);
+    request.set_consumer(kConsumer);
+    if (to.empty()) {
+      request.set_to_head(true);
+    } else {
+      request.set_to(to);
+    }
+    walfeed::v1::ResetConsumerResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kDeadline));
+    const grpc::Status status = stub_->ResetConsumer(&context, request, &response);
+    if (!status.ok()) return absl::InternalError(absl::StrCat("ResetConsumer: ", status.error_message()));
+    return response;
+  }
+
   // A consumer's durable checkpoint, from GetStatus.
   std::string Checkpoint(const std::string& name = kConsumer) {
     walfeed::v1::GetStatusRequest request;
@@ -632,8 +661,8 @@ TEST_P(ClientInteropTest, DeliversEveryChangeAcrossAKillWithIdenticalRedeliverie
             << (caught_up - restarted) << ", total " << (absl::Now() - begin) << std::endl;
 }
 
-// A server restart: the consumer's stream ends with UNAVAILABLE (or CANCELLED),
-// it resubscribes by itself and resumes right after its checkpoint, and its file
+// A server restart: the consumer's stream ends with UNAVAILABLE (reason
+// SERVER_STOPPING, with a RetryInfo), it resubscribes by itself and resumes right after its checkpoint, and its file
 // ends up exactly the stream, with nothing twice (it had acked everything).
 //
 // This test found a walfeed bug, now fixed: after a restart PostgreSQL re-sends
@@ -660,7 +689,8 @@ TEST_P(ClientInteropTest, ResubscribesAcrossAServerRestart) {
   ASSERT_TRUE(WaitUntil([&] { return LogValues(consumer->Log(), "started ").size() == 2; },
                         kDeadline))
       << consumer->Log();
-  EXPECT_THAT(consumer->Log(), HasSubstr("retry in "));
+  // The stopping server said why (UNAVAILABLE with reason SERVER_STOPPING).
+  EXPECT_THAT(consumer->Log(), HasSubstr("ms: SERVER_STOPPING: "));
   EXPECT_EQ(StartedCheckpoint(LogValues(consumer->Log(), "started ")[1]), acked);
 
   for (int k = 2; k < 4; ++k) WriteRound(k);
@@ -678,20 +708,189 @@ TEST_P(ClientInteropTest, StatusesNoRetryCanFixEndTheConsumer) {
   ASSERT_TRUE(server_);
   ASSERT_THAT(reference_.Start(stub_.get()), IsOk());  // The stream is ready.
   struct Case {
-    std::string stream, consumer, message;
+    std::string stream, consumer, code_and_reason, message;
   };
   int n = 0;
-  for (const Case& c : {Case{"nosuch", kConsumer, "no stream named \"nosuch\""},
-                        Case{kStream, "bad name!", "consumer"}}) {
+  for (const Case& c :
+       {Case{"nosuch", kConsumer, "NOT_FOUND STREAM_NOT_FOUND", "no stream named \"nosuch\""},
+        Case{kStream, "bad name!", "INVALID_ARGUMENT INVALID_REQUEST", "consumer"}}) {
     ConsumerProcess* process =
         StartConsumer(server_->port(), c.stream, c.consumer, absl::StrCat("fatal", ++n));
     ASSERT_NE(process, nullptr);
     absl::StatusOr<int> code = process->WaitForExit(kDeadline);
     ASSERT_THAT(code, IsOk()) << process->Log();
     EXPECT_EQ(*code, 1) << process->Log();
-    EXPECT_THAT(process->Log(), HasSubstr(c.message));
+    // "walfeed consumer: <CODE> <REASON>: <message>", the same in every language.
+    const std::vector<std::string> gave_up = LogValues(process->Log(), "walfeed consumer: ");
+    ASSERT_EQ(gave_up.size(), 1u) << process->Log();
+    EXPECT_TRUE(absl::StartsWith(gave_up[0], c.code_and_reason + ": ")) << gave_up[0];
+    EXPECT_THAT(gave_up[0], HasSubstr(c.message));
     EXPECT_THAT(process->Log(), Not(HasSubstr("retry in")));
   }
+}
+
+// The reference's lines [from, to).
+std::vector<std::string> Lines(const std::vector<ChangeEvent>& events, size_t from, size_t to) {
+  std::vector<std::string> lines;
+  for (size_t i = from; i < to; ++i) lines.push_back(CanonicalLine(events[i]));
+  return lines;
+}
+
+// ResetConsumer while the consumer runs, twice: to an id, then to the head. Its
+// session ends ABORTED with reason CONSUMER_RESET and a RetryInfo of 0 (before
+// the error details, ABORTED meant "give up"): it must subscribe again by itself
+// and resume right after the new checkpoint.
+//
+// Each time the consumer is paused (SIGSTOP) while a round is committed and the
+// reset moves its checkpoint: a running consumer would have acked the round
+// before the reset, and checkpoints only move forward. The server has delivered
+// some of the round to the paused session, so once resumed (SIGCONT) the
+// consumer reads those first, may write some of them, and its Ack of them is
+// refused (ABORTED SESSION_NOT_ACTIVE: the session ended) before the stream's
+// own status, CONSUMER_RESET, arrives: it must wait for that status rather than
+// give up on the Ack's. Its file is therefore: the stream up to the reset round,
+// a prefix of that round (0 to 11 events, as delivered and written in time),
+// then the stream right after the new checkpoint. Ids within each run increase.
+TEST_P(ClientInteropTest, ResubscribesAfterResetConsumer) {
+  const absl::Time begin = absl::Now();
+  StartServer(0);
+  ASSERT_TRUE(server_);
+  ASSERT_THAT(reference_.Start(stub_.get()), IsOk());
+  ConsumerProcess* consumer = StartConsumer(server_->port(), kStream, kConsumer, "consumer");
+  ASSERT_NE(consumer, nullptr);
+  const size_t n = kEventsPerRound;
+  const std::vector<ChangeEvent>& events = reference_.events();
+  auto caught_up = [&](size_t count) {
+    const std::string last = events[count - 1].id();
+    return WaitUntil([&] { return consumer->Exited() || Checkpoint() == last; }, kDeadline) &&
+           !consumer->Exited();
+  };
+  WriteRound(0);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_THAT(reference_.ReadUntil(n), IsOk());
+  ASSERT_TRUE(caught_up(n)) << consumer->Log();
+
+  // Round k is written while the consumer is paused, then the consumer is reset
+  // (to the event at index `to`, or to the head when it is negative) and resumed.
+  std::vector<std::string> targets;
+  auto reset_during_round = [&](int k, int to_index) {
+    consumer->Send(SIGSTOP);
+    WriteRound(k);
+    ASSERT_THAT(reference_.ReadUntil(n * static_cast<size_t>(k + 1)), IsOk());
+    const std::string to = to_index < 0 ? "" : events[static_cast<size_t>(to_index)].id();
+    absl::StatusOr<walfeed::v1::ResetConsumerResponse> reset = ResetConsumer(to);
+    consumer->Send(SIGCONT);
+    ASSERT_THAT(reset, IsOk());
+    EXPECT_EQ(reset->previous_checkpoint(), events[n * static_cast<size_t>(k) - 1].id());
+    EXPECT_EQ(reset->checkpoint(), to.empty() ? events.back().id() : to);
+    targets.push_back(reset->checkpoint());
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          return consumer->Exited() ||
+                 LogValues(consumer->Log(), "started ").size() == targets.size() + 1;
+        },
+        kDeadline))
+        << consumer->Log();
+    ASSERT_FALSE(consumer->Exited()) << "it gave up instead of resubscribing\n" << consumer->Log();
+    EXPECT_EQ(StartedCheckpoint(LogValues(consumer->Log(), "started ").back()),
+              reset->checkpoint());
+  };
+  // 1. To an id in the middle of round 1: its 6th event.
+  const size_t to_id = n + 5;
+  reset_during_round(1, static_cast<int>(to_id));
+  ASSERT_FALSE(HasFatalFailure());
+  WriteRound(2);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_THAT(reference_.ReadUntil(3 * n), IsOk());
+  ASSERT_TRUE(caught_up(3 * n)) << consumer->Log();
+  // 2. To the head, the last event of round 3.
+  reset_during_round(3, -1);
+  ASSERT_FALSE(HasFatalFailure());
+  WriteRound(4);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_THAT(reference_.ReadUntil(5 * n), IsOk());
+  ASSERT_TRUE(caught_up(5 * n)) << consumer->Log();
+  const std::string log = consumer->Log();
+
+  // The file: rounds 0 .. 4 with each reset's cut, for some written prefixes
+  // p1 and p2 of the rounds delivered before the resets.
+  const std::vector<std::string> lines = CompleteLines(out_path());
+  int p1 = -1;
+  int p2 = -1;
+  for (size_t a = 0; a <= n && p1 < 0; ++a) {
+    for (size_t b = 0; b <= n && p1 < 0; ++b) {
+      std::vector<std::string> expected = Lines(events, 0, n + a);
+      for (const auto& part : {Lines(events, to_id + 1, 3 * n + b), Lines(events, 4 * n, 5 * n)}) {
+        expected.insert(expected.end(), part.begin(), part.end());
+      }
+      if (lines == expected) {
+        p1 = static_cast<int>(a);
+        p2 = static_cast<int>(b);
+      }
+    }
+  }
+  EXPECT_GE(p1, 0) << "the file is not the stream with the resets' cuts:\n"
+                   << absl::StrJoin(lines, "\n") << "\n" << log;
+
+  // Two retries, both for the reset, in the same form in every language, and no give-up.
+  const std::vector<std::string> retries = LogValues(log, "retry in ");
+  ASSERT_EQ(retries.size(), 2u) << log;
+  for (size_t i = 0; i < retries.size(); ++i) {
+    const std::string& retry = retries[i];
+    const size_t ms = retry.find("ms: ");
+    ASSERT_NE(ms, std::string::npos) << retry;
+    int delay = -1;
+    EXPECT_TRUE(absl::SimpleAtoi(retry.substr(0, ms), &delay)) << retry;
+    EXPECT_LE(delay, 5000) << retry;  // RetryInfo 0, plus the jitter.
+    EXPECT_TRUE(absl::StartsWith(retry.substr(ms), "ms: CONSUMER_RESET: ")) << retry;
+    EXPECT_THAT(retry, HasSubstr(targets[i])) << "the server's message names the target";
+  }
+  EXPECT_THAT(log, Not(HasSubstr("walfeed consumer:")));
+  std::cout << "[" << GetParam() << "] reset to " << targets[0] << " and to the head "
+            << targets[1] << "; resubscribed both times; wrote " << p1 << " and " << p2
+            << " of the 11 events delivered before each reset; "
+            << LogValues(log, "acked ").size() << " acks; total " << (absl::Now() - begin)
+            << std::endl;
+}
+
+// A second Subscribe of the same consumer takes over: the consumer's session
+// ends ABORTED with reason SESSION_SUPERSEDED and no RetryInfo, and the consumer
+// exits with code 1 instead of taking the consumer back.
+TEST_P(ClientInteropTest, ExitsWhenAnotherSubscribeTakesOver) {
+  StartServer(0);
+  ASSERT_TRUE(server_);
+  ASSERT_THAT(reference_.Start(stub_.get()), IsOk());
+  ConsumerProcess* consumer = StartConsumer(server_->port(), kStream, kConsumer, "consumer");
+  ASSERT_NE(consumer, nullptr);
+  WriteRound(0);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_THAT(reference_.ReadUntil(kEventsPerRound), IsOk());
+  const std::string last = reference_.events().back().id();
+  ASSERT_TRUE(WaitUntil([&] { return Checkpoint() == last; }, kDeadline)) << consumer->Log();
+
+  grpc::ClientContext context;
+  walfeed::v1::SubscribeRequest request;
+  request.set_stream(kStream);
+  request.set_consumer(kConsumer);
+  std::unique_ptr<grpc::ClientReader<walfeed::v1::SubscribeResponse>> takeover =
+      stub_->Subscribe(&context, request);
+  walfeed::v1::SubscribeResponse first;
+  ASSERT_TRUE(takeover->Read(&first));
+  ASSERT_TRUE(first.has_started());
+  EXPECT_EQ(first.started().checkpoint(), last);
+
+  absl::StatusOr<int> code = consumer->WaitForExit(kDeadline);
+  ASSERT_THAT(code, IsOk()) << consumer->Log();
+  EXPECT_EQ(*code, 1) << consumer->Log();
+  const std::string log = consumer->Log();
+  const std::vector<std::string> gave_up = LogValues(log, "walfeed consumer: ");
+  ASSERT_EQ(gave_up.size(), 1u) << log;
+  EXPECT_TRUE(absl::StartsWith(gave_up[0], "ABORTED SESSION_SUPERSEDED: ")) << gave_up[0];
+  EXPECT_THAT(gave_up[0], HasSubstr(first.started().session_id()))
+      << "the server's message names the new session";
+  EXPECT_THAT(log, Not(HasSubstr("retry in")));
+  context.TryCancel();
+  (void)takeover->Finish();
 }
 
 // Where two lines first differ, for a failure message that does not print
