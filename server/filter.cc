@@ -109,9 +109,20 @@ absl::StatusOr<EventFilter> EventFilter::Create(
     const google::protobuf::RepeatedPtrField<std::string>& tables,
     const google::protobuf::RepeatedField<int>& operations) {
   EventFilter filter;
+  // Every buffered event is matched against every pattern under the stream's
+  // lock: the list is bounded so one request cannot stall the stream.
+  if (tables.size() > kMaxTablePatterns) {
+    return absl::InvalidArgumentError(absl::StrCat("tables: ", tables.size(),
+                                                   " patterns; at most ", kMaxTablePatterns));
+  }
   filter.table_patterns_.reserve(tables.size());
   for (int i = 0; i < tables.size(); ++i) {
     const std::string& pattern = tables.Get(i);
+    if (pattern.size() > kMaxTablePatternBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tables[", i, "]: ", pattern.size(), " bytes; at most ", kMaxTablePatternBytes,
+          " (a schema.table name has at most 127)"));
+    }
     if (pattern.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tables[", i, "]: empty pattern; expected \"schema.table\" (* and ? allowed)"));

@@ -28,6 +28,7 @@
 #ifndef WALFEED_SERVER_FILTER_H_
 #define WALFEED_SERVER_FILTER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -62,6 +63,10 @@ class EventFilter {
   // RepeatedField<int> in C++). InvalidArgument naming the bad entry, e.g.
   // "tables[2]: ...", for an empty pattern, a pattern without '.',
   // OPERATION_UNSPECIFIED or a value that is not an Operation.
+  // Bounds of a subscription's table patterns (INVALID_ARGUMENT beyond them).
+  static constexpr int kMaxTablePatterns = 64;
+  static constexpr size_t kMaxTablePatternBytes = 255;
+
   static absl::StatusOr<EventFilter> Create(
       const google::protobuf::RepeatedPtrField<std::string>& tables,
       const google::protobuf::RepeatedField<int>& operations);

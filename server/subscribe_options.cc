@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "replication/error_reason.h"
 
@@ -32,7 +33,9 @@ absl::StatusOr<SessionOptions> SessionOptionsFor(const walfeed::v1::SubscribeReq
   SessionOptions options;
   absl::StatusOr<EventFilter> filter = EventFilter::Create(request.tables(), request.operations());
   if (!filter.ok()) {
-    return reason::WithReason(filter.status(), reason::kInvalidRequest, {{"field", "tables"}});
+    const bool operations = absl::StartsWith(filter.status().message(), "operations");
+    return reason::WithReason(filter.status(), reason::kInvalidRequest,
+                              {{"field", operations ? "operations" : "tables"}});
   }
   options.filter = std::move(*filter);
   SessionLimits& limits = options.limits;

@@ -267,14 +267,17 @@ constexpr ProtoOp kOps[] = {
     {v1::OPERATION_MESSAGE, ReplicationOp::kMessage},
 };
 
-// The fields for which Create(tables, operations) must fail: "tables" if a
-// pattern is empty or has no '.', "operations" if an operation is not a
-// specified Operation. Empty: Create must succeed.
+// The fields for which Create(tables, operations) must fail: "tables" if there
+// are too many patterns or one is empty, too long or has no '.', "operations"
+// if an operation is not a specified Operation. Empty: Create must succeed.
 std::vector<std::string> FilterErrors(const google::protobuf::RepeatedPtrField<std::string>& tables,
                                       const google::protobuf::RepeatedField<int>& operations) {
   std::vector<std::string> fields;
+  if (tables.size() > server::EventFilter::kMaxTablePatterns) fields.push_back("tables");
   for (const std::string& pattern : tables) {
-    if (pattern.empty() || pattern.find('.') == std::string::npos) {
+    if (!fields.empty()) break;
+    if (pattern.empty() || pattern.find('.') == std::string::npos ||
+        pattern.size() > server::EventFilter::kMaxTablePatternBytes) {
       fields.push_back("tables");
       break;
     }
@@ -571,13 +574,13 @@ void CheckPatternList(absl::string_view input) {
   if (!filter.ok()) {
     if (valid) Fail("EventFilter::Create rejects valid patterns", filter.status().ToString());
     if (filter.status().code() != absl::StatusCode::kInvalidArgument ||
-        !absl::StartsWith(filter.status().message(), "tables[")) {
-      Fail("EventFilter::Create's rejection is not INVALID_ARGUMENT naming tables[i]",
+        !absl::StartsWith(filter.status().message(), "tables")) {
+      Fail("EventFilter::Create's rejection is not INVALID_ARGUMENT naming tables",
            filter.status().ToString());
     }
     return;
   }
-  if (!valid) Fail("EventFilter::Create accepts an empty pattern or one without '.'", "");
+  if (!valid) Fail("EventFilter::Create accepts patterns it must refuse", "");
   std::vector<absl::string_view> others;
   for (const std::string& line : tables) others.push_back(line);
   ExerciseFilter(*filter, tables, no_operations, NamesToTry(tables, others));
