@@ -8,8 +8,8 @@
 // first answers the call; the other does nothing. Because gRPC may free a
 // call's request and response once it is answered, a worker copies its inputs
 // before it starts and writes the response only inside Finish's `fill`.
-// (Calls that reach gRPC after its own drain began are refused by gRPC, with
-// UNAVAILABLE and no details.)
+// (Calls that reach gRPC after its own drain began are refused by gRPC,
+// without details: UNAVAILABLE or CANCELLED.)
 #ifndef WALFEED_SERVER_UNARY_CALLS_H_
 #define WALFEED_SERVER_UNARY_CALLS_H_
 

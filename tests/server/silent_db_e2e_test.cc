@@ -107,9 +107,21 @@ TEST_F(SilentDbE2eTest, SigtermDuringABlackHoleExitsWithinTheShutdownTimeout) {
   AckOk(*sub, "c", sub->events()[0].id());
 
   proxy_->Stall(chaos::TcpProxy::kBoth, absl::Now() + absl::Seconds(120));
+  // The hole is in effect once a slot query goes unanswered.
+  GetStatusResponse status;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Status(kStream, &status).ok() &&
+               absl::StrContains(status.streams(0).error(), "did not answer");
+      },
+      kDeadline));
   // An ack that must reach PostgreSQL to be answered, sent before the signal.
   grpc::Status ack_status;
   std::thread ack([&] { ack_status = Ack("c", sub->session_id(), sub->events()[2].id()); });
+  // A call sent after the Ack on the same connection, answered only after its
+  // ~1 s wait for the slot query: by then the server holds the Ack (a call
+  // that reaches it after it began to stop is gRPC's to refuse, not ours).
+  ASSERT_THAT(Status(kStream, &status), GrpcOk());
   const absl::Time term = absl::Now();
   process.Signal(SIGTERM);
   ASSERT_TRUE(sub->WaitForEnd());
