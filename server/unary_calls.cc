@@ -51,9 +51,4 @@ void UnaryCalls::Stop(const grpc::Status& status) {
   for (auto& [id, reactor] : open) reactor->Finish(status);
 }
 
-size_t UnaryCalls::open() const {
-  absl::MutexLock lock(&mu_);
-  return open_.size();
-}
-
 }  // namespace walfeed::server

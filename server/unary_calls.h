@@ -13,7 +13,6 @@
 #ifndef WALFEED_SERVER_UNARY_CALLS_H_
 #define WALFEED_SERVER_UNARY_CALLS_H_
 
-#include <cstddef>
 #include <cstdint>
 #include <optional>
 
@@ -48,8 +47,6 @@ class UnaryCalls {
 
   // Finishes every open call with `status`, and every later one on Open.
   void Stop(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
-
-  size_t open() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   mutable absl::Mutex mu_;
