@@ -9,7 +9,7 @@ packages=(
   cmake g++ make pkg-config ccache clang-14 libclang-rt-14-dev
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libpq-dev libspdlog-dev libyaml-cpp-dev
+  libpq-dev libspdlog-dev libyaml-cpp-dev prometheus-cpp-dev libsystemd-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev postgresql-15 postgresql-client-15 openssl
   # example consumers (examples/): Python stubs and runtime, Go toolchain, plugins and

@@ -48,6 +48,10 @@ struct SlotState {
   Lsn confirmed_flush;     // 0/0 when NULL.
   Lsn restart_lsn;         // 0/0 when NULL (invalidated).
   std::string wal_status;  // "reserved", "extended", "unreserved", "lost"; "" when NULL.
+  // Bytes of WAL that can still be written before the slot is in danger of
+  // being invalidated (pg_replication_slots.safe_wal_size); nullopt when
+  // max_slot_wal_keep_size is -1 (no limit) or the slot is lost.
+  std::optional<int64_t> safe_wal_size;
 };
 
 // The identity of `slot` in the cluster `system_identifier`.

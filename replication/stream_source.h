@@ -14,10 +14,12 @@
 #ifndef WALFEED_REPLICATION_STREAM_SOURCE_H_
 #define WALFEED_REPLICATION_STREAM_SOURCE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -76,6 +78,30 @@ struct ReaderStats {
   uint64_t non_transactional_messages = 0;
   Lsn confirmed_sent;   // Last flush position sent to PostgreSQL.
   Lsn server_wal_end;   // Largest keepalive walEnd / commit end seen.
+  uint64_t wal_bytes = 0;  // pgoutput message bytes received (XLogData payloads).
+  // The last XLogData received and the last status update sent (InfinitePast:
+  // none yet): what an operator's "is it moving?" alert looks at.
+  absl::Time last_data_at = absl::InfinitePast();
+  absl::Time last_status_update_at = absl::InfinitePast();
+
+  // Adds `earlier`'s counters (a previous reader's) to these; positions and
+  // times stay this one's unless it has none yet.
+  void AddEarlier(const ReaderStats& earlier) {
+    for (auto [mine, theirs] :
+         {std::pair{&frames, earlier.frames}, {&events, earlier.events},
+          {&transactions, earlier.transactions}, {&keepalives, earlier.keepalives},
+          {&status_updates, earlier.status_updates}, {&reconnects, earlier.reconnects},
+          {&redelivered_dropped, earlier.redelivered_dropped},
+          {&below_checkpoint, earlier.below_checkpoint},
+          {&non_transactional_messages, earlier.non_transactional_messages},
+          {&wal_bytes, earlier.wal_bytes}}) {
+      *mine += theirs;
+    }
+    confirmed_sent = std::max(confirmed_sent, earlier.confirmed_sent);
+    server_wal_end = std::max(server_wal_end, earlier.server_wal_end);
+    last_data_at = std::max(last_data_at, earlier.last_data_at);
+    last_status_update_at = std::max(last_status_update_at, earlier.last_status_update_at);
+  }
 };
 
 // Everything a source needs to know about its stream.
@@ -122,7 +148,11 @@ class StreamSource {
   // Before Run, the next Run returns at once. Thread-safe.
   virtual void Interrupt() = 0;
   virtual void Wake() = 0;  // The sink has room again.
+  // The current (or last) reader's figures.
   virtual ReaderStats stats() const = 0;
+  // The same with counters summed over every reader this source ran, so they
+  // only grow for the process's lifetime (metrics).
+  virtual ReaderStats totals() const { return stats(); }
 
   // The slot as the database reports it now (blocking; for status).
   virtual absl::StatusOr<SlotReport> ReadSlot() = 0;

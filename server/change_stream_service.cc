@@ -382,8 +382,8 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       stream->set_stored_confirmed_lsn(snapshot.confirmed.ToString());
       walfeed::v1::SlotInfo* slot = stream->mutable_slot();
       slot->set_name(snapshot.slot_name);
-      Lsn server_lsn = snapshot.server_wal_end;
       const SlotMonitor::View view = runtime->SlotView(asked, deadline);
+      const Lsn server_lsn = ServerLsnOf(snapshot, view);
       if (view.report) {
         const int64_t micros = absl::ToUnixMicros(view.read_at);
         stream->mutable_slot_read_at()->set_seconds(micros / 1000000);
@@ -405,16 +405,13 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
                               absl::Trunc(absl::Now() - view.read_at, absl::Seconds(1))),
                           " ago");
         }
-        if (view.report->server_wal_lsn.valid()) server_lsn = view.report->server_wal_lsn;
         if (const std::optional<replication::SlotState>& state = view.report->slot) {
           slot->set_plugin(state->plugin);
           slot->set_active(state->active);
           slot->set_confirmed_flush_lsn(state->confirmed_flush.ToString());
           slot->set_restart_lsn(state->restart_lsn.ToString());
           slot->set_wal_status(state->wal_status);
-          if (state->restart_lsn.valid() && server_lsn > state->restart_lsn) {
-            slot->set_retained_wal_bytes(server_lsn.value() - state->restart_lsn.value());
-          }
+          slot->set_retained_wal_bytes(RetainedWalBytes(*state, server_lsn));
         } else {
           slot->set_wal_status("missing");
         }
@@ -440,12 +437,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
         consumer->set_unacked_events(c.unacked_events);
         consumer->set_held_bytes(c.held_bytes);
         consumer->set_detached(c.detached);
-        // A consumer that never acked lags from where it started, not by 0.
-        const Lsn from =
-            c.position.commit_lsn.valid() ? c.position.commit_lsn : snapshot.stream_start;
-        if (from.valid() && server_lsn > from) {
-          consumer->set_lag_bytes(server_lsn.value() - from.value());
-        }
+        consumer->set_lag_bytes(LagBytes(snapshot, c, server_lsn));
       }
     }
     calls_.Finish(call, grpc::Status::OK, [&] { response->Swap(&built); });

@@ -611,7 +611,7 @@ absl::StatusOr<ServerConfig> Parser::Parse(absl::string_view text) const {
   WALFEED_ASSIGN_OR_RETURN(Fields top, Map(root, "",
                                            {"listen", "plaintext", "tls", "auth", "checkpoint",
                                             "shutdown_timeout", "state_dir", "defaults",
-                                            "streams"}));
+                                            "streams", "metrics_listen", "log"}));
   ServerConfig config;
 
   std::optional<YAML::Node> listen = top.Get("listen");
@@ -646,6 +646,30 @@ absl::StatusOr<ServerConfig> Parser::Parse(absl::string_view text) const {
     WALFEED_ASSIGN_OR_RETURN(
         config.shutdown_timeout,
         Duration(*timeout, "shutdown_timeout", absl::Milliseconds(1), absl::Hours(1)));
+  }
+  if (std::optional<YAML::Node> metrics = top.Get("metrics_listen")) {
+    WALFEED_ASSIGN_OR_RETURN(config.metrics_listen,
+                             Scalar(*metrics, "metrics_listen", "host:port"));
+    if (absl::Status valid = CheckMetricsListen(config.metrics_listen); !valid.ok()) {
+      return Error(*metrics, "metrics_listen", valid.message());
+    }
+  }
+  if (std::optional<YAML::Node> log = top.Get("log")) {
+    WALFEED_ASSIGN_OR_RETURN(Fields fields, Map(*log, "log", {"format", "level"}));
+    if (std::optional<YAML::Node> n = fields.Get("format")) {
+      WALFEED_ASSIGN_OR_RETURN(const std::string text,
+                               Scalar(*n, fields.PathOf("format"), "text or json"));
+      absl::StatusOr<LogFormat> format = ParseLogFormat(text);
+      if (!format.ok()) return Error(*n, fields.PathOf("format"), format.status().message());
+      config.log.format = *format;
+    }
+    if (std::optional<YAML::Node> n = fields.Get("level")) {
+      WALFEED_ASSIGN_OR_RETURN(config.log.level,
+                               Scalar(*n, fields.PathOf("level"), "a log level"));
+      if (absl::Status valid = CheckLogLevel(config.log.level); !valid.ok()) {
+        return Error(*n, fields.PathOf("level"), valid.message());
+      }
+    }
   }
   if (std::optional<YAML::Node> state_dir = top.Get("state_dir")) {
     WALFEED_ASSIGN_OR_RETURN(config.state_dir, FilePath(*state_dir, "state_dir"));
@@ -722,6 +746,33 @@ absl::StatusOr<TlsFiles> ReadTlsFiles(const TlsConfig& tls) {
     WALFEED_ASSIGN_OR_RETURN(files.client_ca, read_pem("tls.client_ca_file", tls.client_ca_file));
   }
   return files;
+}
+
+absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text) {
+  if (text == "text") return LogFormat::kText;
+  if (text == "json") return LogFormat::kJson;
+  return absl::InvalidArgumentError(absl::StrCat(
+      Quote(text), " is not a log format: text (one line per entry) or json (one JSON object "
+                   "per line)"));
+}
+
+absl::Status CheckLogLevel(absl::string_view level) {
+  for (absl::string_view known : {"trace", "debug", "info", "warn", "error"}) {
+    if (level == known) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(Quote(level), " is not a log level: trace, debug, info, warn or error"));
+}
+
+absl::Status CheckMetricsListen(absl::string_view listen) {
+  WALFEED_ASSIGN_OR_RETURN(const HostPort split, SplitHostPort(listen));
+  in_addr v4;
+  if (split.ipv6 || split.host == "localhost" || inet_pton(AF_INET, split.host.c_str(), &v4) == 1) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      Quote(listen), ": the metrics endpoint needs an IP address, not a name: e.g. "
+                     "127.0.0.1:9464 (local only) or 0.0.0.0:9464 (every IPv4 interface)"));
 }
 
 bool ListensBeyondLoopback(const std::string& listen) {

@@ -103,6 +103,20 @@ struct StreamDefaults : SessionLimits, RetentionOptions {
   absl::Duration read_coalesce = absl::Milliseconds(1);
 };
 
+// How walfeed-server logs (the `log` block; --log-format and --log-level
+// override it).
+enum class LogFormat { kText, kJson };
+struct LogConfig {
+  LogFormat format = LogFormat::kText;
+  std::string level = "info";  // trace, debug, info, warn or error.
+};
+// "text"/"json" and the level names above; InvalidArgument naming the choices.
+absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text);
+absl::Status CheckLogLevel(absl::string_view level);
+// A metrics_listen value: host:port where the host is an IP address (IPv6 in
+// brackets) or localhost, since the metrics endpoint does not resolve names.
+absl::Status CheckMetricsListen(absl::string_view listen);
+
 struct ServerConfig {
   // host:port; host is a name, an IPv4 address or a bracketed IPv6 address.
   std::string listen;
@@ -122,6 +136,9 @@ struct ServerConfig {
   // Where streams spill what does not fit in buffer_bytes (resolved). Empty:
   // nothing spills, a stream keeps at most buffer_bytes for its consumers.
   std::string state_dir;
+  // host:port serving Prometheus metrics at /metrics; empty: not served.
+  std::string metrics_listen;
+  LogConfig log;
   // Streams whose retention_bytes or laggard_policy differ from the defaults.
   absl::flat_hash_map<std::string, RetentionOptions> retention;
 

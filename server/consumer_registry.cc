@@ -83,6 +83,7 @@ SessionList ConsumerRegistry::Unload(const absl::Status& why) {
     }
   }
   buffer_ = StreamBuffer();
+  arrivals_ = ArrivalClock();  // The stream is read again from an older position.
   hold_.reset();
   return ended;
 }
@@ -162,7 +163,9 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
 
   OpenedSession opened;
   opened.session = AddSessionLocked(consumer, std::move(options), start);
+  ++state.sessions;
   if (state.active) {
+    ++state.superseded;
     opened.superseded = EndLocked(
         state.active,
         reason::WithReason(
@@ -270,11 +273,17 @@ bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::st
   bool sent = false;
   // Events staged from disk end a batch early; when the filters left all of
   // them out, go on with what follows (memory, or the next disk read) now.
+  const uint64_t sent_before = entry.framer.sent_events();
   for (int turn = 0; turn < 2 && !sent; ++turn) {
     const EventId before = entry.framer.cursor();
     const StreamBuffer& source = SourceForLocked(entry);
     sent = entry.framer.Next(source, context, now, frame);
     if (sent || &source != &entry.staged || entry.framer.cursor() == before) break;
+  }
+  const uint64_t sent_now = entry.framer.sent_events() - sent_before;
+  delivered_ += sent_now;
+  if (consumer != consumers_.end() && consumer->second.active.get() == &session) {
+    consumer->second.delivered += sent_now;
   }
   // The cursor also moves over filtered events, without a frame.
   if (reader_awaits_ && entry.framer.cursor() >= *reader_awaits_) {
@@ -362,7 +371,7 @@ EventId ConsumerRegistry::FinishAck(const std::string& consumer, EventId id, Ses
     --state.acks_in_flight;
     state.checkpoint = std::max(state.checkpoint, id);
     checkpoint = state.checkpoint;
-    if (state.active) sessions_.at(state.active.get()).framer.Acked(id);
+    if (state.active) state.acked += sessions_.at(state.active.get()).framer.Acked(id);
   }
   TrimLocked();
   *wake = TakeWaitingLocked();
@@ -391,13 +400,19 @@ void ConsumerRegistry::TrimLocked() {
   if (floor <= floor_) return;
   floor_ = floor;
   buffer_.TrimThrough(floor);
+  arrivals_.TrimThrough(floor);
   // Whole segments only; their files are deleted off this lock (Reap).
   if (options_.spill != nullptr) options_.spill->TrimThrough(floor);
 }
 absl::Status ConsumerRegistry::Append(BufferedEvent event) {
+  const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
+  const EventId id = event.id;
   absl::Status appended = buffer_.Append(std::move(event));
-  if (appended.ok()) TrimLocked();
+  if (appended.ok()) {
+    arrivals_.Arrived(id, now);
+    TrimLocked();
+  }
   return appended;
 }
 

@@ -51,6 +51,7 @@
 #include "replication/ack_tracker.h"
 #include "replication/event_id.h"
 #include "replication/lsn.h"
+#include "server/arrival_clock.h"
 #include "server/session.h"
 #include "server/session_framer.h"
 #include "server/spill/spill_log.h"
@@ -77,6 +78,14 @@ struct ConsumerSnapshot {
   uint64_t unacked_events = 0;
   uint64_t held_bytes = 0;  // Buffered only because this consumer has not acked them.
   bool detached = false;    // By the laggard policy; holds nothing.
+  // Since the consumer became known to this process (counters for metrics).
+  uint64_t delivered_events = 0;     // Sent in its sessions' frames (redeliveries count).
+  uint64_t acked_events = 0;         // Of those, acknowledged.
+  uint64_t sessions_started = 0;
+  uint64_t sessions_superseded = 0;  // Ended by a newer Subscribe of the same consumer.
+  // How long ago the oldest event it still needs arrived (ArrivalClock); zero
+  // when it needs nothing the stream has read.
+  absl::Duration lag;
 };
 
 // The buffer filled up (and the reader waits) because of `holder`, or stopped
@@ -91,9 +100,11 @@ struct HoldChange {
 struct RegistrySnapshot {
   size_t buffered_events = 0;  // In memory.
   size_t buffered_bytes = 0;
+  size_t buffer_limit_bytes = 0;  // buffer_bytes.
   uint64_t spilled_bytes = 0;  // On disk.
   uint64_t retention_bytes = 0;  // The disk budget; 0 without a spill.
   size_t ephemeral_sessions = 0;
+  uint64_t delivered_events = 0;  // To every session, ephemeral ones included.
   std::string held_by;  // While the buffer is full: the consumer it waits for.
   absl::Time held_since;
   std::vector<ConsumerSnapshot> consumers;  // In name order.
@@ -288,6 +299,11 @@ class ConsumerRegistry {
     EventId session_start;
     // Acks between their checks and their durable write.
     int acks_in_flight = 0;
+    // Counters for ConsumerSnapshot.
+    uint64_t delivered = 0;
+    uint64_t acked = 0;
+    uint64_t sessions = 0;
+    uint64_t superseded = 0;
   };
   // What a consumer still needs: everything after its checkpoint, or, before
   // its first ack, after where its session started. A detached one needs
@@ -348,6 +364,8 @@ class ConsumerRegistry {
   std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
   replication::AckTracker* tracker_ ABSL_GUARDED_BY(mu_) = nullptr;
   StreamBuffer buffer_ ABSL_GUARDED_BY(mu_);  // The memory tier.
+  ArrivalClock arrivals_ ABSL_GUARDED_BY(mu_);  // For consumers' lag in seconds.
+  uint64_t delivered_ ABSL_GUARDED_BY(mu_) = 0;  // Events sent to any session.
   // The newest event no longer held anywhere (or the stream's start).
   EventId floor_ ABSL_GUARDED_BY(mu_);
   // The reader waits until some session passes this id (SpillOverflow).

@@ -341,10 +341,13 @@ uint64_t ConsumerRegistry::BytesBetweenLocked(EventId from,
 }
 
 RegistrySnapshot ConsumerRegistry::Snapshot() const {
+  const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
   RegistrySnapshot snapshot;
+  snapshot.delivered_events = delivered_;
   snapshot.buffered_events = buffer_.size();
   snapshot.buffered_bytes = buffer_.bytes();
+  snapshot.buffer_limit_bytes = options_.buffer_bytes;
   if (options_.spill != nullptr) {
     snapshot.spilled_bytes = options_.spill->bytes();
     snapshot.retention_bytes = options_.retention_bytes;
@@ -362,6 +365,16 @@ RegistrySnapshot ConsumerRegistry::Snapshot() const {
     c.checkpoint = consumer.checkpoint;
     c.position = consumer.checkpoint != EventId{} ? consumer.checkpoint : consumer.session_start;
     c.detached = consumer.detached;
+    c.delivered_events = consumer.delivered;
+    c.acked_events = consumer.acked;
+    c.sessions_started = consumer.sessions;
+    c.sessions_superseded = consumer.superseded;
+    if (!consumer.detached) {
+      if (std::optional<absl::Time> oldest =
+              arrivals_.FirstArrivalAfter(NeedsAfter(consumer), arrivals_.newest())) {
+        c.lag = std::max(now - *oldest, absl::ZeroDuration());
+      }
+    }
     if (consumer.active) {
       c.session_id = consumer.active->id();
       c.unacked_events = sessions_.at(consumer.active.get()).framer.unacked_events();

@@ -9,6 +9,7 @@
 // drains, readers send a last status update and end the copy cleanly; the process
 // exits within shutdown_timeout whatever PostgreSQL does.
 #include <poll.h>
+#include <systemd/sd-daemon.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -20,10 +21,12 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "replication/pg/pg_stream_source.h"
 #include "server/config.h"
+#include "server/log_format.h"
 #include "server/walfeed_server.h"
 #include "spdlog/spdlog.h"
 
@@ -33,7 +36,8 @@ namespace {
 constexpr char kUsage[] = R"(walfeed-server: stream PostgreSQL changes over gRPC.
 
 Usage:
-  walfeed-server --config FILE [--listen HOST:PORT]
+  walfeed-server --config FILE [--listen HOST:PORT] [--metrics-listen HOST:PORT]
+                 [--log-format text|json] [--log-level LEVEL]
   walfeed-server --config FILE --check-config
   walfeed-server --help | --version
 
@@ -43,6 +47,14 @@ Options:
                     slot, publications). Secrets come from files or the
                     environment, never from the command line.
   --listen ADDR     Overrides `listen` from the file, e.g. 127.0.0.1:50051.
+  --metrics-listen ADDR
+                    Overrides `metrics_listen`: serve Prometheus metrics at
+                    http://ADDR/metrics, e.g. 127.0.0.1:9464 (an IP address;
+                    no TLS or authentication: keep it on a private network).
+  --log-format F    text (default) or json: one line per entry either way.
+                    Overrides `log.format`.
+  --log-level L     trace, debug, info (default), warn or error. Overrides
+                    `log.level`. gRPC's own lines follow GRPC_VERBOSITY.
   --check-config    Parse and validate the configuration, then exit 0 (valid)
                     or 2 (invalid, with the reason).
   --help            This text.
@@ -52,6 +64,9 @@ Health (grpc.health.v1): "" is SERVING while the server runs; "walfeed.v1.Change
 is SERVING while every stream streams; "walfeed.v1.ChangeStream/<stream>" is
 SERVING while that stream is connected to its slot.
 
+Under systemd (Type=notify) the server reports READY=1 once it listens and
+STOPPING=1 when a shutdown begins.
+
 Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for a bad command line
 or configuration, 1 when the server cannot start.
 )";
@@ -59,8 +74,16 @@ or configuration, 1 when the server cannot start.
 struct Flags {
   std::string config;
   std::string listen;
+  std::string metrics_listen;
+  std::string log_format;
+  std::string log_level;
   bool check_config = false;
 };
+
+[[noreturn]] void UsageError(const std::string& message) {
+  std::cerr << "walfeed-server: " << message << "\n\n" << kUsage;
+  std::exit(2);
+}
 
 // Parses argv; exits for --help/--version and usage errors.
 Flags ParseFlags(int argc, char** argv) {
@@ -86,8 +109,23 @@ Flags ParseFlags(int argc, char** argv) {
       flags.check_config = true;
     } else if (arg.rfind("--config", 0) == 0) {
       flags.config = value("--config");
-    } else if (arg.rfind("--listen", 0) == 0) {
+    } else if (arg == "--listen" || arg.rfind("--listen=", 0) == 0) {
       flags.listen = value("--listen");
+    } else if (arg.rfind("--metrics-listen", 0) == 0) {
+      flags.metrics_listen = value("--metrics-listen");
+      if (absl::Status valid = CheckMetricsListen(flags.metrics_listen); !valid.ok()) {
+        UsageError(absl::StrCat("--metrics-listen ", valid.message()));
+      }
+    } else if (arg.rfind("--log-format", 0) == 0) {
+      flags.log_format = value("--log-format");
+      if (absl::StatusOr<LogFormat> format = ParseLogFormat(flags.log_format); !format.ok()) {
+        UsageError(absl::StrCat("--log-format ", format.status().message()));
+      }
+    } else if (arg.rfind("--log-level", 0) == 0) {
+      flags.log_level = value("--log-level");
+      if (absl::Status valid = CheckLogLevel(flags.log_level); !valid.ok()) {
+        UsageError(absl::StrCat("--log-level ", valid.message()));
+      }
     } else {
       std::cerr << "walfeed-server: unknown argument \"" << arg << "\"\n\n" << kUsage;
       std::exit(2);
@@ -111,12 +149,22 @@ int Run(const Flags& flags) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   const int signal_fd = signalfd(-1, &signals, SFD_CLOEXEC);
 
+  // The command line's format first, so that a configuration error is logged
+  // in it too; then the file's settings where the command line is silent.
+  LogConfig log;
+  if (!flags.log_format.empty()) log.format = *ParseLogFormat(flags.log_format);
+  if (!flags.log_level.empty()) log.level = flags.log_level;
+  ConfigureLogging(log.format, log.level);
   absl::StatusOr<ServerConfig> config = LoadConfig(flags.config);
   if (!config.ok()) {
     spdlog::error("configuration {}: {}", flags.config, std::string(config.status().message()));
     return 2;
   }
+  if (flags.log_format.empty()) log.format = config->log.format;
+  if (flags.log_level.empty()) log.level = config->log.level;
+  ConfigureLogging(log.format, log.level);
   if (!flags.listen.empty()) config->listen = flags.listen;
+  if (!flags.metrics_listen.empty()) config->metrics_listen = flags.metrics_listen;
   if (flags.check_config) {
     std::cout << "configuration " << flags.config << " is valid (" << config->streams.size()
               << " stream(s))\n";
@@ -130,6 +178,8 @@ int Run(const Flags& flags) {
     spdlog::error("{}", std::string(server.status().message()));
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
+  // No-ops outside systemd (no NOTIFY_SOCKET).
+  sd_notify(0, "READY=1");
   pollfd fd{signal_fd, POLLIN, 0};
   while (poll(&fd, 1, -1) <= 0) {
   }
@@ -137,6 +187,7 @@ int Run(const Flags& flags) {
   (void)!read(signal_fd, &info, sizeof(info));
   spdlog::info("received {}: shutting down (up to {})", strsignal(info.ssi_signo),
                absl::FormatDuration(grace));
+  sd_notify(0, "STOPPING=1");
   // Shutdown answers every client first, then waits on PostgreSQL; a silent
   // database (or a client that stopped reading) must not hold the process. At
   // shutdown_timeout it exits anyway: nothing is lost by that, as by any crash:
@@ -164,6 +215,5 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::default_logger()->clone("server"));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ [%n] %v");
   return walfeed::server::Run(walfeed::server::ParseFlags(argc, argv));
 }

@@ -71,17 +71,21 @@ bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame
     unacked_bytes_ += it->bytes;
   }
   if (batch.empty()) return false;
+  sent_events_ += batch.size();
   // Events the filters left out after the last one sent: the client may ack past
   // them (EventBatch.passed).
   ComposeEventsFrame(batch, frame, cursor_ > last ? cursor_.ToString() : std::string());
   return true;
 }
 
-void SessionFramer::Acked(EventId id) {
+size_t SessionFramer::Acked(EventId id) {
+  size_t acked = 0;
   while (!unacked_.empty() && unacked_.front().first <= id) {
     unacked_bytes_ -= unacked_.front().second;
     unacked_.pop_front();
+    ++acked;
   }
+  return acked;
 }
 
 }  // namespace walfeed::server

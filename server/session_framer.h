@@ -51,7 +51,8 @@ class SessionFramer {
             std::string* frame);
 
   // The consumer's ack of `id` is durable: events up to it leave the window.
-  void Acked(EventId id);
+  // Returns how many did.
+  size_t Acked(EventId id);
 
   bool ProgressDue(absl::Time now) const {
     return now - last_frame_ >= options_.limits.progress_interval;
@@ -60,6 +61,7 @@ class SessionFramer {
   EventId cursor() const { return cursor_; }
   size_t unacked_events() const { return unacked_.size(); }
   uint64_t unacked_bytes() const { return unacked_bytes_; }
+  uint64_t sent_events() const { return sent_events_; }  // In every frame so far.
 
  private:
   // An ephemeral session is never acked: gRPC's flow control paces it instead.
@@ -74,6 +76,7 @@ class SessionFramer {
   EventId cursor_;
   std::deque<std::pair<EventId, size_t>> unacked_;  // Sent, not yet acked.
   uint64_t unacked_bytes_ = 0;
+  uint64_t sent_events_ = 0;
   bool started_sent_ = false;
   absl::Time last_frame_;
 };

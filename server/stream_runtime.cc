@@ -379,11 +379,29 @@ void StreamRuntime::OnDrained() {
 
 void StreamRuntime::OnConnected(Lsn start) {
   StreamLogger()->info("stream {}: streaming from {}", name(), start.ToString());
+  connections_.fetch_add(1);
   supervisor_.SetState(walfeed::v1::STREAM_STATE_STREAMING, "");
 }
 
 void StreamRuntime::OnDisconnected(const absl::Status& why) {
   supervisor_.SetState(walfeed::v1::STREAM_STATE_CONNECTING, std::string(why.message()));
+}
+
+Lsn ServerLsnOf(const RuntimeSnapshot& snapshot, const SlotMonitor::View& view) {
+  if (view.report && view.report->server_wal_lsn.valid()) return view.report->server_wal_lsn;
+  return snapshot.server_wal_end;
+}
+
+uint64_t RetainedWalBytes(const replication::SlotState& slot, Lsn server) {
+  if (!slot.restart_lsn.valid() || server <= slot.restart_lsn) return 0;
+  return server.value() - slot.restart_lsn.value();
+}
+
+uint64_t LagBytes(const RuntimeSnapshot& snapshot, const ConsumerSnapshot& consumer, Lsn server) {
+  const Lsn from = consumer.position.commit_lsn.valid() ? consumer.position.commit_lsn
+                                                        : snapshot.stream_start;
+  if (!from.valid() || server <= from) return 0;
+  return server.value() - from.value();
 }
 
 RuntimeSnapshot StreamRuntime::Snapshot() const {
@@ -397,6 +415,8 @@ RuntimeSnapshot StreamRuntime::Snapshot() const {
   const replication::ReaderStats stats = source_->stats();
   snapshot.server_wal_end = stats.server_wal_end;
   snapshot.confirmed = stats.confirmed_sent;
+  snapshot.reader = source_->totals();
+  snapshot.connections = connections_.load();
   snapshot.stream_start = Lsn(stream_start_.load());
   return snapshot;
 }

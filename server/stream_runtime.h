@@ -76,7 +76,19 @@ struct RuntimeSnapshot : RegistrySnapshot {
   Lsn server_wal_end;  // Newest position heard from the walsender.
   Lsn confirmed;       // Last flush position sent.
   Lsn stream_start;    // Where the stream started streaming in this process.
+  replication::ReaderStats reader;  // Counters over the process's lifetime.
+  uint64_t connections = 0;         // Replication connections that started streaming.
 };
+
+// What GetStatus and the metrics both show, computed one way:
+// The server's WAL position: the slot read's when there is one, else the
+// newest the reader heard.
+Lsn ServerLsnOf(const RuntimeSnapshot& snapshot, const SlotMonitor::View& view);
+// WAL the slot keeps from being recycled: from its restart_lsn to `server`.
+uint64_t RetainedWalBytes(const replication::SlotState& slot, Lsn server);
+// How far `consumer` is behind `server`, in WAL bytes: from its checkpoint, or
+// for one that never acked, from where it started (not 0).
+uint64_t LagBytes(const RuntimeSnapshot& snapshot, const ConsumerSnapshot& consumer, Lsn server);
 
 class StreamRuntime : public replication::StreamSink {
  public:
@@ -171,6 +183,7 @@ class StreamRuntime : public replication::StreamSink {
   // the registry lets through sees it); owned by the supervisor.
   std::atomic<replication::AckTracker*> tracker_{nullptr};
   std::atomic<uint64_t> stream_start_{0};  // The plan's start LSN, for status.
+  std::atomic<uint64_t> connections_{0};   // OnConnected calls.
   ConsumerRegistry registry_;
   std::unique_ptr<RetentionWorker> retention_;
   StreamSupervisor supervisor_;

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
 #include "replication/error_reason.h"
+#include "server/metrics/process_collector.h"
+#include "server/metrics/stream_collector.h"
 #include "server/spill/spill_log.h"
 #include "spdlog/spdlog.h"
 
@@ -133,6 +135,28 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
       server->by_name_, server->authorizer_ ? &*server->authorizer_ : nullptr,
       server->pool_.get(), server->status_pool_.get(), cfg.defaults);
 
+  if (!cfg.metrics_listen.empty()) {
+    auto registry = std::make_shared<prometheus::Registry>();
+    server->rpc_metrics_ =
+        std::make_unique<metrics::RpcMetrics>(*registry, metrics::ServedMethods());
+    std::vector<StreamRuntime*> streams;
+    for (const auto& runtime : server->runtimes_) streams.push_back(runtime.get());
+    absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> endpoint =
+        metrics::MetricsEndpoint::Start(
+            cfg.metrics_listen,
+            {registry, std::make_shared<metrics::StreamCollector>(std::move(streams)),
+             std::make_shared<metrics::ProcessCollector>(WALFEED_VERSION)});
+    if (!endpoint.ok()) return endpoint.status();
+    server->metrics_ = *std::move(endpoint);
+    if (ListensBeyondLoopback(cfg.metrics_listen)) {
+      spdlog::warn("serving metrics on {} beyond loopback, without TLS or authentication: "
+                   "stream and consumer names are visible to anyone who reaches it",
+                   cfg.metrics_listen);
+    }
+    spdlog::info("metrics on http://{}/metrics (port {})", cfg.metrics_listen,
+                 server->metrics_->port());
+  }
+
   // Linking the health messages lets reflection describe grpc.health.v1.Health.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::EnableDefaultHealthCheckService(true);
@@ -149,6 +173,11 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
   // port by mistake would then share incoming connections with the first, and
   // their sessions would fence each other. Without it the second fails to start.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (server->rpc_metrics_) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(server->rpc_metrics_->InterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
@@ -206,6 +235,7 @@ void WalfeedServer::Shutdown() {
   for (const auto& runtime : runtimes_) runtime->Stop(stopping);
   pool_.reset();  // Acks in flight land (their calls were answered already).
   status_pool_.reset();
+  metrics_.reset();
   spdlog::info("walfeed-server stopped");
 }
 

@@ -26,6 +26,8 @@
 #include "server/change_stream_service.h"
 #include "replication/stream_source.h"
 #include "server/config.h"
+#include "server/metrics/metrics_endpoint.h"
+#include "server/metrics/rpc_metrics.h"
 #include "server/stream_runtime.h"
 #include "server/worker_pool.h"
 
@@ -50,6 +52,8 @@ class WalfeedServer {
 
   // The bound port (useful with listen port 0).
   int port() const { return port_; }
+  // The metrics endpoint's bound port; 0 when metrics_listen is not set.
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   const ServerConfig& config() const { return config_; }
   StreamRuntime* stream(const std::string& name) const;
 
@@ -73,8 +77,12 @@ class WalfeedServer {
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<WorkerPool> status_pool_;
   std::unique_ptr<ChangeStreamService> service_;
+  // Declared before server_: the interceptors refer to rpc_metrics_.
+  std::unique_ptr<metrics::RpcMetrics> rpc_metrics_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // Reads the runtimes: destroyed (in Shutdown) before they are.
+  std::unique_ptr<metrics::MetricsEndpoint> metrics_;
   std::thread ticker_;
 
   absl::Mutex mu_;

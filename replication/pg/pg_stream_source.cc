@@ -55,6 +55,7 @@ absl::Status PgStreamSource::Run(const StartPlan& plan, AckTracker* tracker, Str
     }
     reader = std::make_shared<StreamReader>(std::move(reader_options), tracker, sink,
                                             confirmed_store_.get());
+    if (reader_) retired_.AddEarlier(reader_->stats());
     reader_ = reader;
   }
   absl::Status result = reader->Run(plan.start);
@@ -99,6 +100,20 @@ ReaderStats PgStreamSource::stats() const {
     reader = reader_;
   }
   return reader ? reader->stats() : ReaderStats{};
+}
+
+ReaderStats PgStreamSource::totals() const {
+  std::shared_ptr<StreamReader> reader;
+  ReaderStats totals;
+  {
+    absl::MutexLock lock(&mu_);
+    reader = reader_;
+    totals = retired_;
+  }
+  if (!reader) return totals;
+  ReaderStats current = reader->stats();
+  current.AddEarlier(totals);
+  return current;
 }
 
 absl::StatusOr<SlotReport> PgStreamSource::ReadSlot() {

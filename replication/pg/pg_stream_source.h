@@ -31,6 +31,7 @@ class PgStreamSource final : public StreamSource {
   void Interrupt() override ABSL_LOCKS_EXCLUDED(mu_);
   void Wake() override ABSL_LOCKS_EXCLUDED(mu_);
   ReaderStats stats() const override ABSL_LOCKS_EXCLUDED(mu_);
+  ReaderStats totals() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<SlotReport> ReadSlot() override;
 
  private:
@@ -45,6 +46,7 @@ class PgStreamSource final : public StreamSource {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   bool interrupted_ ABSL_GUARDED_BY(mu_) = false;  // Interrupt() before or during Run.
   std::shared_ptr<StreamReader> reader_ ABSL_GUARDED_BY(mu_);
+  ReaderStats retired_ ABSL_GUARDED_BY(mu_);  // The counters of readers before reader_.
 };
 
 // The StreamSourceFactory main hands to the server.

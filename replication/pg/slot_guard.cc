@@ -13,7 +13,8 @@ absl::StatusOr<std::optional<SlotState>> ReadSlot(PGconn* conn, absl::string_vie
       PgResultPtr result,
       ExecSimple(conn, absl::StrCat("SELECT coalesce(plugin, ''), coalesce(datoid, 0), "
                                     "temporary, active, confirmed_flush_lsn, restart_lsn, "
-                                    "coalesce(wal_status, '') FROM pg_replication_slots "
+                                    "coalesce(wal_status, ''), safe_wal_size "
+                                    "FROM pg_replication_slots "
                                     "WHERE slot_name = ",
                                     QuoteLiteral(slot_name))));
   if (PQntuples(result.get()) == 0) return std::optional<SlotState>();
@@ -31,6 +32,13 @@ absl::StatusOr<std::optional<SlotState>> ReadSlot(PGconn* conn, absl::string_vie
     WALFEED_ASSIGN_OR_RETURN(*out, Lsn::Parse(*text));
   }
   slot.wal_status = Value(r, 0, 6).value_or("");
+  if (const std::optional<std::string> safe = Value(r, 0, 7)) {
+    int64_t bytes = 0;
+    if (!absl::SimpleAtoi(*safe, &bytes)) {
+      return absl::DataLossError("pg_replication_slots.safe_wal_size is not a number");
+    }
+    slot.safe_wal_size = bytes;
+  }
   return std::optional<SlotState>(std::move(slot));
 }
 

@@ -279,6 +279,8 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
   }
   absl::MutexLock lock(&stats_mu_);
   ++stats_.frames;
+  stats_.wal_bytes += data.payload.size();
+  stats_.last_data_at = clock_->Now();
   return absl::OkStatus();
 }
 
@@ -359,6 +361,7 @@ absl::Status StreamReader::SendStatusUpdate(ReplicationConnection& conn, bool re
   absl::MutexLock lock(&stats_mu_);
   ++stats_.status_updates;
   stats_.confirmed_sent = durable_;
+  stats_.last_status_update_at = last_status_sent_;
   return absl::OkStatus();
 }
 

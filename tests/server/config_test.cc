@@ -326,6 +326,36 @@ TEST(ConfigTest, DurationsAreAbslDurationsWithinBounds) {
   EXPECT_THAT(Parse(absl::StrCat(kValid, "shutdown_timeout: 1h\n")), IsOk());
 }
 
+TEST(ConfigTest, MetricsListenAndLoggingAreReadAndChecked) {
+  absl::StatusOr<ServerConfig> config = Parse(absl::StrCat(
+      kValid, "metrics_listen: \"0.0.0.0:9464\"\nlog: {format: json, level: warn}\n"));
+  ASSERT_THAT(config, IsOk());
+  EXPECT_EQ(config->metrics_listen, "0.0.0.0:9464");
+  EXPECT_EQ(config->log.format, LogFormat::kJson);
+  EXPECT_EQ(config->log.level, "warn");
+  config = Parse(kValid);
+  ASSERT_THAT(config, IsOk());
+  EXPECT_EQ(config->metrics_listen, "") << "metrics are served only when configured";
+  EXPECT_EQ(config->log.format, LogFormat::kText);
+  EXPECT_EQ(config->log.level, "info");
+  for (const char* ok : {"127.0.0.1:0", "[::1]:9464", "localhost:9464"}) {
+    EXPECT_THAT(Parse(absl::StrCat(kValid, "metrics_listen: \"", ok, "\"\n")), IsOk()) << ok;
+  }
+  EXPECT_THAT(Parse(absl::StrCat(kValid, "metrics_listen: \"metrics.example:9464\"\n")),
+              StatusIs(kInvalid, AllOf(HasSubstr("metrics_listen"),
+                                       HasSubstr("needs an IP address, not a name"))));
+  EXPECT_THAT(Parse(absl::StrCat(kValid, "metrics_listen: \"127.0.0.1\"\n")),
+              StatusIs(kInvalid, HasSubstr("has no port")));
+  EXPECT_THAT(Parse(absl::StrCat(kValid, "log: {format: xml}\n")),
+              StatusIs(kInvalid, AllOf(HasSubstr("log.format"), HasSubstr("text (one line"),
+                                       HasSubstr("json"))));
+  EXPECT_THAT(Parse(absl::StrCat(kValid, "log: {level: loud}\n")),
+              StatusIs(kInvalid, AllOf(HasSubstr("log.level"),
+                                       HasSubstr("trace, debug, info, warn or error"))));
+  EXPECT_THAT(Parse(absl::StrCat(kValid, "log: {colour: red}\n")),
+              StatusIs(kInvalid, HasSubstr("log.colour")));
+}
+
 TEST(ConfigTest, StreamsAreRequiredAndNamedUniquely) {
   EXPECT_THAT(Parse("listen: \"127.0.0.1:1\"\nplaintext: true\n"),
               StatusIs(kInvalid, HasSubstr("streams: missing")));

@@ -371,18 +371,23 @@ SubscribeRequest Request(const std::string& consumer, const std::string& stream 
 
 class ServerProcess {
  public:
-  // Starts the binary with `config_path`, its output appended to `log_path`.
-  ServerProcess(const std::string& config_path, const std::string& log_path) : log_path_(log_path) {
+  // Starts the binary with `config_path` and `extra_args`, its output appended
+  // to `log_path`.
+  ServerProcess(const std::string& config_path, const std::string& log_path,
+                std::vector<std::string> extra_args = {})
+      : log_path_(log_path) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
                                      0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     std::string binary = WALFEED_SERVER_BINARY;
-    std::string flag = "--config";
-    std::string config = config_path;
-    char* argv[] = {binary.data(), flag.data(), config.data(), nullptr};
-    const int error = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv, environ);
+    std::vector<std::string> args = {binary, "--config", config_path};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const int error = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     EXPECT_EQ(error, 0) << "posix_spawn " << binary << ": " << strerror(error);
     if (error != 0) pid_ = -1;
