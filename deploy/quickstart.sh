@@ -15,6 +15,7 @@ DEMO="$ROOT/.walfeed-demo"
 PGBIN=/usr/lib/postgresql/15/bin
 PGPORT="${WALFEED_DEMO_PGPORT:-54329}"
 LISTEN="${WALFEED_DEMO_LISTEN:-127.0.0.1:50051}"
+METRICS="${WALFEED_DEMO_METRICS:-127.0.0.1:9464}"
 BUILD="$ROOT/build"
 
 # initdb and postgres refuse to run as root: use Debian's postgres user then.
@@ -42,11 +43,17 @@ if [ "${1:-}" = "stop" ]; then
   exit 0
 fi
 
-echo "==> installing dependencies (Debian packages)"
-bash "$ROOT/deploy/install-deps.sh"
+echo "==> installing dependencies (Debian packages: the build, and PostgreSQL 15 for the demo)"
+bash "$ROOT/deploy/install-deps.sh" --build --postgres
 
 echo "==> building walfeed-server and the walfeed CLI"
-cmake -S "$ROOT" -B "$BUILD" >/dev/null
+# A build directory configured by the test command keeps its tests; a new one
+# builds without them (their dependencies are not installed here).
+if [ -f "$BUILD/CMakeCache.txt" ]; then
+  cmake -S "$ROOT" -B "$BUILD" >/dev/null
+else
+  cmake -S "$ROOT" -B "$BUILD" -DWALFEED_BUILD_TESTS=OFF >/dev/null
+fi
 cmake --build "$BUILD" --target walfeed-server walfeed -j"$(nproc)"
 
 echo "==> starting PostgreSQL 15 on port $PGPORT (data in $DEMO/pg)"
@@ -80,6 +87,7 @@ cat >"$DEMO/walfeed.yaml" <<YAML
 listen: "$LISTEN"
 plaintext: true          # loopback demo only; configure tls for anything else
 state_dir: $DEMO/state   # a slow consumer's backlog spills here (docs/consumers.md)
+metrics_listen: "$METRICS"  # Prometheus metrics (docs/operations.md)
 streams:
   - name: demo
     conninfo: "host=$DEMO/pg port=$PGPORT dbname=postgres user=postgres"
@@ -113,5 +121,6 @@ echo "walfeed-server is running (pid $(cat "$DEMO/walfeed-server.pid"), log $DEM
 echo "Tail more:  $BUILD/client/walfeed tail --stream demo   (ephemeral: from now on, holds nothing; JSON lines; --format text)"
 echo "Durable:    $BUILD/client/walfeed tail --stream demo --consumer me --ack   (resumes after its checkpoint)"
 echo "Status:     $BUILD/client/walfeed status"
+echo "Metrics:    curl -s http://$METRICS/metrics | grep ^walfeed_consumer"
 echo "Write more: $PGBIN/psql -h $DEMO/pg -p $PGPORT -U postgres -c \"INSERT INTO demo_orders (customer, amount) VALUES ('you', 1)\""
 echo "Stop:       bash deploy/quickstart.sh stop"

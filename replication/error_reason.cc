@@ -40,7 +40,7 @@ std::vector<absl::string_view> AllReasons() {
           kInvalidRequest,
           kUnauthenticated,
           kPermissionDenied,
-          kCheckpointWriteRefused, kOther};
+          kCheckpointWriteRefused, kStandby, kOther};
 }
 
 absl::Status WithReason(absl::Status status, absl::string_view reason) {

@@ -27,6 +27,7 @@ inline constexpr absl::string_view kStreamRestarting = "STREAM_RESTARTING";
 inline constexpr absl::string_view kCheckpointWriteFailed = "CHECKPOINT_WRITE_FAILED";
 inline constexpr absl::string_view kConsumerReset = "CONSUMER_RESET";
 inline constexpr absl::string_view kConsumerBusy = "CONSUMER_BUSY";
+inline constexpr absl::string_view kStandby = "STANDBY";
 
 // Definite: retrying the same call gives the same answer.
 inline constexpr absl::string_view kCheckpointWriteRefused = "CHECKPOINT_WRITE_REFUSED";

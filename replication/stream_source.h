@@ -116,6 +116,11 @@ struct SourceOptions {
   absl::Duration min_persist_interval = absl::Seconds(10);
   // See ReaderOptions::read_coalesce (replication/pg/stream_reader.h).
   absl::Duration read_coalesce = absl::Milliseconds(1);
+  // This process, for leadership (StreamSource::TryLead): an id unique per
+  // start, and the address clients reach it at ("" when unknown; asked when
+  // it takes the lead, since the port may be bound after the source is made).
+  std::string instance_id;
+  std::function<std::string()> advertise_address;
 };
 
 // The result of Prepare(): where to start, and what to tell the operator.
@@ -156,6 +161,19 @@ class StreamSource {
 
   // The slot as the database reports it now (blocking; for status).
   virtual absl::StatusOr<SlotReport> ReadSlot() = 0;
+
+  // Active/standby: at most one process streams a stream. The supervisor
+  // leads before it prepares, checks the lead while it streams, and resigns
+  // when a check fails. A source without leadership always leads.
+  // TryLead: one attempt; true when this process leads (now or already).
+  virtual absl::StatusOr<bool> TryLead() { return true; }
+  // OK while this process still leads; otherwise it no longer does, and the
+  // error says why.
+  virtual absl::Status CheckLead() { return absl::OkStatus(); }
+  virtual void Resign() {}
+  // Where clients reach the leading process ("" when unknown), as of the last
+  // TryLead that did not lead.
+  virtual std::string Leader() { return ""; }
 };
 
 using StreamSourceFactory = std::function<std::unique_ptr<StreamSource>(SourceOptions)>;

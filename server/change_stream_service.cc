@@ -379,6 +379,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       stream->set_name(snapshot.name);
       stream->set_state(snapshot.state);
       stream->set_error(snapshot.error);
+      stream->set_active(snapshot.active);
       stream->set_stored_confirmed_lsn(snapshot.confirmed.ToString());
       walfeed::v1::SlotInfo* slot = stream->mutable_slot();
       slot->set_name(snapshot.slot_name);

@@ -611,7 +611,8 @@ absl::StatusOr<ServerConfig> Parser::Parse(absl::string_view text) const {
   WALFEED_ASSIGN_OR_RETURN(Fields top, Map(root, "",
                                            {"listen", "plaintext", "tls", "auth", "checkpoint",
                                             "shutdown_timeout", "state_dir", "defaults",
-                                            "streams", "metrics_listen", "log"}));
+                                            "streams", "metrics_listen", "log",
+                                            "advertise_address"}));
   ServerConfig config;
 
   std::optional<YAML::Node> listen = top.Get("listen");
@@ -646,6 +647,13 @@ absl::StatusOr<ServerConfig> Parser::Parse(absl::string_view text) const {
     WALFEED_ASSIGN_OR_RETURN(
         config.shutdown_timeout,
         Duration(*timeout, "shutdown_timeout", absl::Milliseconds(1), absl::Hours(1)));
+  }
+  if (std::optional<YAML::Node> advertise = top.Get("advertise_address")) {
+    WALFEED_ASSIGN_OR_RETURN(config.advertise_address,
+                             Scalar(*advertise, "advertise_address", "host:port"));
+    if (absl::StatusOr<HostPort> split = SplitHostPort(config.advertise_address); !split.ok()) {
+      return Error(*advertise, "advertise_address", split.status().message());
+    }
   }
   if (std::optional<YAML::Node> metrics = top.Get("metrics_listen")) {
     WALFEED_ASSIGN_OR_RETURN(config.metrics_listen,

@@ -136,6 +136,10 @@ struct ServerConfig {
   // Where streams spill what does not fit in buffer_bytes (resolved). Empty:
   // nothing spills, a stream keeps at most buffer_bytes for its consumers.
   std::string state_dir;
+  // host:port where clients reach this instance, which standbys name in their
+  // errors and status (active/standby). Empty: the listen address, with the
+  // host name for a wildcard host.
+  std::string advertise_address;
   // host:port serving Prometheus metrics at /metrics; empty: not served.
   std::string metrics_listen;
   LogConfig log;

@@ -35,7 +35,7 @@ std::optional<absl::Duration> RetryDelayFor(absl::string_view why) {
   if (why == reason::kConsumerReset) return absl::ZeroDuration();
   if (why == reason::kStreamRestarting) return absl::Milliseconds(200);
   if (why == reason::kConsumerBusy || why == reason::kCheckpointWriteFailed ||
-      why == reason::kStreamNotReady || why == reason::kServerStopping) {
+      why == reason::kStreamNotReady || why == reason::kServerStopping || why == reason::kStandby) {
     return absl::Seconds(1);
   }
   return std::nullopt;

@@ -72,7 +72,8 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
       supervisor_(
           StreamSupervisor::Options{options_.source.config.name,
                                     options_.source.config.slot_name, options_.retry_base,
-                                    options_.retry_cap},
+                                    options_.retry_cap, options_.lead_poll,
+                                    options_.lead_check},
           source_.get(), this,
           StreamSupervisor::Hooks{
               [this](const replication::StartPlan& plan, replication::AckTracker* tracker) {
@@ -81,7 +82,13 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
                 registry_.Load(tracker, plan.consumers, plan.deliver_after, plan.detached);
               },
               [this](const absl::Status& why) { WakeAll(registry_.Fail(why)); },
-              std::move(on_state)}),
+              std::move(on_state),
+              [this](const absl::Status& why) {
+                // Another instance may stream it now: end every session and
+                // drop what was read (the new leader reads it from the slot).
+                WakeAll(registry_.Unload(supervisor_.LeadLost(why)));
+                if (spill_) spill_->Clear();
+              }}),
       slot_monitor_(std::make_unique<SlotMonitor>([this] { return source_->ReadSlot(); })) {}
 
 StreamRuntime::~StreamRuntime() {
@@ -412,6 +419,8 @@ RuntimeSnapshot StreamRuntime::Snapshot() const {
   const StreamSupervisor::State state = supervisor_.state();
   snapshot.state = state.state;
   snapshot.error = state.error;
+  snapshot.leading = state.leading;
+  snapshot.active = state.active;
   const replication::ReaderStats stats = source_->stats();
   snapshot.server_wal_end = stats.server_wal_end;
   snapshot.confirmed = stats.confirmed_sent;

@@ -60,6 +60,9 @@ struct RuntimeOptions {
   RetentionOptions retention;
   absl::Duration retry_base = absl::Milliseconds(200);
   absl::Duration retry_cap = absl::Seconds(30);
+  // Active/standby: how often a standby tries to lead, a leader checks its lead.
+  absl::Duration lead_poll = absl::Seconds(1);
+  absl::Duration lead_check = absl::Milliseconds(500);
 };
 
 struct AckOutcome {
@@ -73,6 +76,8 @@ struct RuntimeSnapshot : RegistrySnapshot {
   std::string slot_name;
   walfeed::v1::StreamState state = walfeed::v1::STREAM_STATE_CONNECTING;
   std::string error;
+  bool leading = false;  // This process leads the stream (active/standby).
+  std::string active;    // While standby: the active instance's address, if known.
   Lsn server_wal_end;  // Newest position heard from the walsender.
   Lsn confirmed;       // Last flush position sent.
   Lsn stream_start;    // Where the stream started streaming in this process.

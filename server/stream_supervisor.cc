@@ -18,7 +18,10 @@ StreamSupervisor::StreamSupervisor(Options options, replication::StreamSource* s
 
 StreamSupervisor::~StreamSupervisor() { Stop(); }
 
-void StreamSupervisor::Start() { thread_ = std::thread([this] { Main(); }); }
+void StreamSupervisor::Start() {
+  thread_ = std::thread([this] { Main(); });
+  checker_ = std::thread([this] { CheckLoop(); });
+}
 
 void StreamSupervisor::BeginStop() {
   {
@@ -31,6 +34,8 @@ void StreamSupervisor::BeginStop() {
 void StreamSupervisor::Stop() {
   BeginStop();
   if (thread_.joinable()) thread_.join();
+  if (checker_.joinable()) checker_.join();
+  source_->Resign();
 }
 
 bool StreamSupervisor::WaitForStop(absl::Duration delay) {
@@ -40,12 +45,22 @@ bool StreamSupervisor::WaitForStop(absl::Duration delay) {
 }
 
 void StreamSupervisor::SetState(walfeed::v1::StreamState state, std::string error) {
+  {
+    absl::MutexLock lock(&mu_);
+    // A reader's late OnConnected / OnDisconnected must not cover STANDBY.
+    if (!state_.leading) return;
+  }
+  Publish(state, std::move(error));
+}
+
+void StreamSupervisor::Publish(walfeed::v1::StreamState state, std::string error) {
   bool changed;
   {
     absl::MutexLock lock(&mu_);
     if (failed_) return;  // Failure is final.
     changed = state_.state != state;
-    state_ = State{state, std::move(error)};
+    state_.state = state;
+    state_.error = std::move(error);
   }
   if (changed && hooks_.on_state) hooks_.on_state(state);
 }
@@ -57,6 +72,17 @@ StreamSupervisor::State StreamSupervisor::state() const {
 
 absl::Status StreamSupervisor::NotReady() const {
   absl::MutexLock lock(&mu_);
+  if (state_.state == walfeed::v1::STREAM_STATE_STANDBY) {
+    return reason::WithReason(
+        absl::UnavailableError(absl::StrCat(
+            "this walfeed-server is a standby for stream \"", options_.stream, "\": ",
+            state_.active.empty() ? "another instance streams it"
+                                  : absl::StrCat("the active instance is ", state_.active),
+            "; connect to the active instance, or through an address that follows the health "
+            "service (walfeed.v1.ChangeStream/",
+            options_.stream, " is SERVING only where the stream streams)")),
+        reason::kStandby, {{"stream", options_.stream}, {"active", state_.active}});
+  }
   return reason::WithReason(
       absl::UnavailableError(
           absl::StrCat("stream \"", options_.stream, "\" is still connecting to PostgreSQL",
@@ -64,11 +90,24 @@ absl::Status StreamSupervisor::NotReady() const {
       reason::kStreamNotReady, {{"stream", options_.stream}});
 }
 
+absl::Status StreamSupervisor::LeadLost(const absl::Status& why) const {
+  // Not STANDBY: whether another instance takes over is not known yet (with
+  // one instance, this one leads again once PostgreSQL answers).
+  return reason::WithReason(
+      absl::UnavailableError(absl::StrCat("this walfeed-server stopped streaming stream \"",
+                                          options_.stream, "\" (", why.message(),
+                                          "); subscribe again, through an address that follows "
+                                          "the health service when you run a standby (your "
+                                          "checkpoint is kept)")),
+      reason::kStreamNotReady, {{"stream", options_.stream}});
+}
+
 void StreamSupervisor::Fail(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     failed_ = true;
-    state_ = State{walfeed::v1::STREAM_STATE_FAILED, std::string(status.message())};
+    state_.state = walfeed::v1::STREAM_STATE_FAILED;
+    state_.error = std::string(status.message());
   }
   StreamLogger()->error("stream {}: failed, no longer streaming: {}", options_.stream,
                   status.ToString());
@@ -94,8 +133,10 @@ bool StreamSupervisor::Prepare(replication::PreparedSource* prepared) {
     const absl::Duration delay = backoff.Next();
     StreamLogger()->warn("stream {}: cannot start yet: {}; retrying in {}", options_.stream,
                    result.status().ToString(), absl::FormatDuration(delay));
-    SetState(walfeed::v1::STREAM_STATE_CONNECTING, std::string(result.status().message()));
+    Publish(walfeed::v1::STREAM_STATE_CONNECTING, std::string(result.status().message()));
     if (WaitForStop(delay)) return false;
+    absl::MutexLock lock(&mu_);
+    if (lead_lost_) return false;
   }
 }
 
@@ -107,14 +148,107 @@ void StreamSupervisor::Restart(const absl::Status& why) {
   }
   StreamLogger()->warn("stream {}: restarting from the slot's stored position: {}",
                        options_.stream, why.ToString());
-  SetState(walfeed::v1::STREAM_STATE_CONNECTING, std::string(why.message()));
+  Publish(walfeed::v1::STREAM_STATE_CONNECTING, std::string(why.message()));
   source_->Interrupt();
+}
+
+bool StreamSupervisor::Lead() {
+  replication::Backoff backoff(options_.retry_base, options_.retry_cap,
+                               absl::Uniform<uint64_t>(absl::BitGen()));
+  std::optional<std::string> reported;  // The leader last logged, while standby.
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return false;
+    }
+    absl::StatusOr<bool> leads = source_->TryLead();
+    absl::Duration delay = options_.lead_poll;
+    if (leads.ok() && *leads) {
+      {
+        absl::MutexLock lock(&mu_);
+        state_.leading = true;
+        state_.active.clear();
+      }
+      StreamLogger()->info("stream {}: this instance leads it", options_.stream);
+      Publish(walfeed::v1::STREAM_STATE_CONNECTING, "");
+      return true;
+    }
+    if (!leads.ok()) {
+      if (!replication::IsTransient(leads.status())) {
+        Fail(leads.status());
+        return false;
+      }
+      delay = backoff.Next();
+      StreamLogger()->warn("stream {}: cannot take the lead yet: {}; retrying in {}",
+                           options_.stream, leads.status().ToString(),
+                           absl::FormatDuration(delay));
+      Publish(walfeed::v1::STREAM_STATE_CONNECTING, std::string(leads.status().message()));
+    } else {
+      const std::string active = source_->Leader();
+      {
+        absl::MutexLock lock(&mu_);
+        state_.active = active;
+      }
+      if (reported != active) {
+        StreamLogger()->info("stream {}: standby; {} streams it", options_.stream,
+                             active.empty() ? "another instance" : active);
+        reported = active;
+      }
+      Publish(walfeed::v1::STREAM_STATE_STANDBY,
+              active.empty() ? "another walfeed-server instance streams it"
+                             : absl::StrCat("the instance at ", active, " streams it"));
+    }
+    if (WaitForStop(delay)) return false;
+  }
+}
+
+void StreamSupervisor::CheckLoop() {
+  for (;;) {
+    if (WaitForStop(options_.lead_check)) return;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!state_.leading || lead_lost_ || failed_) continue;
+    }
+    const absl::Status check = source_->CheckLead();
+    if (check.ok()) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || failed_) return;
+      lead_lost_ = true;
+      state_.leading = false;
+    }
+    StreamLogger()->warn("stream {}: {}; ending every session until this instance leads again",
+                         options_.stream, check.ToString());
+    Publish(walfeed::v1::STREAM_STATE_CONNECTING, std::string(check.message()));
+    // At once, not when the run ends (that may wait on PostgreSQL): nothing
+    // this process holds may be served from now on.
+    if (hooks_.on_lead_lost) hooks_.on_lead_lost(check);
+    source_->Interrupt();
+  }
+}
+
+bool StreamSupervisor::TakeLeadLost() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || !lead_lost_) return false;
+    lead_lost_ = false;
+    restart_.reset();
+  }
+  // Again, in case the run was prepared (and loaded what it holds) after the
+  // checking thread unloaded it.
+  if (hooks_.on_lead_lost) hooks_.on_lead_lost(absl::UnavailableError("the lead was lost"));
+  source_->Resign();
+  return true;
 }
 
 void StreamSupervisor::Main() {
   for (;;) {
+    if (!Lead()) return;
     replication::PreparedSource prepared;
-    if (!Prepare(&prepared)) return;
+    if (!Prepare(&prepared)) {
+      if (TakeLeadLost()) continue;
+      return;  // Stopping, or failed.
+    }
     for (const std::string& warning : prepared.warnings) {
       StreamLogger()->warn("stream {}: {}", options_.stream, warning);
     }
@@ -128,11 +262,15 @@ void StreamSupervisor::Main() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
     }
+    if (TakeLeadLost()) continue;
     if (hooks_.on_prepared) hooks_.on_prepared(plan, tracker_.get());
     StreamLogger()->info("stream {}: starting slot {} at {} with {} consumer checkpoint(s)",
                          options_.stream, options_.slot_name, plan.start.ToString(),
                          plan.consumers.size());
     const absl::Status result = source_->Run(plan, tracker_.get(), sink_);
+    // Whatever the run ended with after a lost lead: this process no longer
+    // streams the stream.
+    if (TakeLeadLost()) continue;
     if (!result.ok()) {
       Fail(result);
       return;

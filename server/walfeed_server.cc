@@ -3,9 +3,13 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "grpc/health/v1/health.pb.h"
 #include "replication/error_reason.h"
 #include "server/metrics/process_collector.h"
@@ -45,6 +49,18 @@ class HealthBoard {
   grpc::HealthCheckServiceInterface* service_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::map<std::string, bool> serving_ ABSL_GUARDED_BY(mu_);
 };
+
+// advertise_address, or the listen address with the bound port (and the host
+// name for a wildcard host).
+std::string AdvertiseAddress(const ServerConfig& config, int port) {
+  if (!config.advertise_address.empty()) return config.advertise_address;
+  std::string host = config.listen.substr(0, config.listen.rfind(':'));
+  if (host == "0.0.0.0" || host == "[::]" || host.empty()) {
+    char name[256] = {};
+    host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+  }
+  return absl::StrCat(host, ":", port);
+}
 
 WalfeedServer::WalfeedServer(ServerConfig config)
     : config_(std::move(config)), health_(std::make_unique<HealthBoard>()) {}
@@ -97,9 +113,20 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
   }
 
   HealthBoard* health = server->health_.get();
+  // Active/standby: each stream is led by one process; this one's id (unique
+  // per start) and where clients reach it (known once the port is bound).
+  const std::string instance_id =
+      absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()));
+  WalfeedServer* self = server.get();
+  auto advertise = [self] {
+    absl::MutexLock lock(&self->mu_);
+    return self->advertise_;
+  };
   for (const replication::StreamConfig& stream : cfg.streams) {
     RuntimeOptions options;
     options.source.config = stream;
+    options.source.instance_id = instance_id;
+    options.source.advertise_address = advertise;
     options.source.checkpoint_schema = cfg.checkpoint.schema;
     options.source.checkpoint_conninfo = cfg.checkpoint.conninfo;
     options.source.read_coalesce = cfg.defaults.read_coalesce;
@@ -182,6 +209,10 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
   if (!server->server_ || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", cfg.listen, ": the address is in use or invalid"));
+  }
+  {
+    absl::MutexLock lock(&server->mu_);
+    server->advertise_ = AdvertiseAddress(cfg, server->port_);
   }
   health->Attach(server->server_->GetHealthCheckService());
   for (const auto& runtime : server->runtimes_) health->Set(runtime->name(), false);

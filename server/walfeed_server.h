@@ -87,6 +87,7 @@ class WalfeedServer {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string advertise_ ABSL_GUARDED_BY(mu_);  // AdvertiseAddress, once bound.
 };
 
 }  // namespace walfeed::server

@@ -1,6 +1,8 @@
 #include "replication/pg/pg_stream_source.h"
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "replication/pg/slot_report.h"
 
 namespace walfeed::replication::pg {
@@ -118,6 +120,44 @@ ReaderStats PgStreamSource::totals() const {
 
 absl::StatusOr<SlotReport> PgStreamSource::ReadSlot() {
   return ReadSlotReport(options_.config.conninfo, options_.config.slot_name);
+}
+
+namespace {
+std::string NewInstanceId() {
+  return absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()));
+}
+}  // namespace
+
+PgStreamSource::PgStreamSource(SourceOptions options)
+    : options_(std::move(options)),
+      lead_(LeaderLock::Options{
+          options_.checkpoint_conninfo.empty() ? options_.config.conninfo
+                                               : options_.checkpoint_conninfo,
+          absl::StrCat(options_.checkpoint_schema, "/", options_.config.name),
+          options_.instance_id.empty() ? NewInstanceId() : options_.instance_id,
+          options_.advertise_address, options_.config.slot_name}) {}
+
+absl::StatusOr<bool> PgStreamSource::TryLead() {
+  absl::MutexLock lock(&lead_mu_);
+  absl::StatusOr<bool> leads = lead_.TryAcquire();
+  absl::MutexLock state(&mu_);
+  leader_ = leads.ok() ? lead_.holder() : "";
+  return leads;
+}
+
+absl::Status PgStreamSource::CheckLead() {
+  absl::MutexLock lock(&lead_mu_);
+  return lead_.Check();
+}
+
+void PgStreamSource::Resign() {
+  absl::MutexLock lock(&lead_mu_);
+  lead_.Release();
+}
+
+std::string PgStreamSource::Leader() {
+  absl::MutexLock lock(&mu_);
+  return leader_;
 }
 
 std::unique_ptr<StreamSource> MakePgStreamSource(SourceOptions options) {

@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "replication/pg/checkpoint_store.h"
+#include "replication/pg/leader_lock.h"
 #include "replication/pg/stream_reader.h"
 #include "replication/pg/stream_start.h"
 #include "replication/stream_source.h"
@@ -21,7 +22,7 @@ namespace walfeed::replication::pg {
 
 class PgStreamSource final : public StreamSource {
  public:
-  explicit PgStreamSource(SourceOptions options) : options_(std::move(options)) {}
+  explicit PgStreamSource(SourceOptions options);
 
   absl::StatusOr<PreparedSource> Prepare() override;
   GroupCommitter* committer() override { return committer_.get(); }
@@ -33,6 +34,10 @@ class PgStreamSource final : public StreamSource {
   ReaderStats stats() const override ABSL_LOCKS_EXCLUDED(mu_);
   ReaderStats totals() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<SlotReport> ReadSlot() override;
+  absl::StatusOr<bool> TryLead() override ABSL_LOCKS_EXCLUDED(lead_mu_);
+  absl::Status CheckLead() override ABSL_LOCKS_EXCLUDED(lead_mu_);
+  void Resign() override ABSL_LOCKS_EXCLUDED(lead_mu_);
+  std::string Leader() override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const SourceOptions options_;
@@ -47,6 +52,13 @@ class PgStreamSource final : public StreamSource {
   bool interrupted_ ABSL_GUARDED_BY(mu_) = false;  // Interrupt() before or during Run.
   std::shared_ptr<StreamReader> reader_ ABSL_GUARDED_BY(mu_);
   ReaderStats retired_ ABSL_GUARDED_BY(mu_);  // The counters of readers before reader_.
+
+  std::string leader_ ABSL_GUARDED_BY(mu_);  // LeaderLock::holder() after TryLead.
+
+  // Leadership calls (which wait on PostgreSQL) come from the supervisor's
+  // threads, serialized here; Leader() reads leader_ without waiting on them.
+  absl::Mutex lead_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  LeaderLock lead_ ABSL_GUARDED_BY(lead_mu_);
 };
 
 // The StreamSourceFactory main hands to the server.

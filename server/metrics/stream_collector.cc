@@ -27,12 +27,16 @@ void AddStream(const RuntimeSnapshot& s, const SlotMonitor::View& view, FamilyBu
             {{"stream", s.name}, {"slot", s.slot_name}}, 1);
   for (walfeed::v1::StreamState state :
        {walfeed::v1::STREAM_STATE_CONNECTING, walfeed::v1::STREAM_STATE_STREAMING,
-        walfeed::v1::STREAM_STATE_FAILED}) {
+        walfeed::v1::STREAM_STATE_FAILED, walfeed::v1::STREAM_STATE_STANDBY}) {
     out.Gauge("walfeed_stream_state",
               "1 for the stream's current state: connecting (or reconnecting), streaming, "
-              "failed (needs an operator; see GetStatus or the log for the error).",
+              "failed (needs an operator; see GetStatus or the log for the error), standby "
+              "(another instance streams it).",
               {{"stream", s.name}, {"state", StateLabel(state)}}, s.state == state ? 1 : 0);
   }
+  out.Gauge("walfeed_stream_leader",
+            "1 while this instance leads the stream (holds its leadership lock).", stream,
+            s.leading ? 1 : 0);
   out.Counter("walfeed_stream_events_total",
               "Change events decoded from the slot (rows, truncates, logical messages).", stream,
               static_cast<double>(s.reader.events));

@@ -88,7 +88,8 @@ TEST_F(SilentDbE2eTest, ABlackHoleIsNoticedWithinTheSenderTimeoutAndNothingIsLos
 // The walfeed-server process, SIGTERM'd while PostgreSQL is black-holed and an
 // Ack waits on it: the subscription and the Ack end UNAVAILABLE (never
 // CANCELLED), and the process exits within shutdown_timeout, not when the
-// database answers (it never does here) or TCP gives up (30 s).
+// database answers (it never does here), TCP gives up (30 s) or its leadership
+// lock's lease runs out.
 TEST_F(SilentDbE2eTest, SigtermDuringABlackHoleExitsWithinTheShutdownTimeout) {
   // The reader must not notice the silence first: this is shutdown's bound.
   constexpr absl::Duration kShutdownTimeout = absl::Seconds(2);
@@ -125,8 +126,16 @@ TEST_F(SilentDbE2eTest, SigtermDuringABlackHoleExitsWithinTheShutdownTimeout) {
   const absl::Time term = absl::Now();
   process.Signal(SIGTERM);
   ASSERT_TRUE(sub->WaitForEnd());
-  EXPECT_THAT(*sub->status(), GrpcIs(grpc::StatusCode::UNAVAILABLE, HasSubstr("shutting down")));
-  EXPECT_THAT(*sub->status(), HasReason("SERVER_STOPPING", true));
+  // Ended by the shutdown, or, on a slow machine, a moment before it: the
+  // server stops serving once it cannot renew its leadership lock (2 s into
+  // the hole). Either way UNAVAILABLE and retryable, never CANCELLED.
+  const grpc::Status ended = *sub->status();
+  if (absl::StrContains(ended.error_message(), "shutting down")) {
+    EXPECT_THAT(ended, HasReason("SERVER_STOPPING", true));
+  } else {
+    EXPECT_THAT(ended, GrpcIs(grpc::StatusCode::UNAVAILABLE, HasSubstr("stopped streaming")));
+    EXPECT_THAT(ended, HasReason("STREAM_NOT_READY", true));
+  }
   const std::optional<int> exit_status =
       process.WaitForExit(kShutdownTimeout + absl::Seconds(4));
   const absl::Duration took = absl::Now() - term;

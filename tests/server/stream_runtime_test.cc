@@ -1,6 +1,7 @@
 // StreamRuntime assembled over a scripted StreamSource and an in-memory
 // checkpoint store: start-up states, the ack and removal protocols end to end
 // through the group committer, backpressure and failure, with no database.
+#include "replication/error_reason.h"
 #include "server/stream_runtime.h"
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 namespace walfeed::server {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
@@ -143,6 +145,41 @@ class ScriptedSource : public replication::StreamSource {
     return stats_;
   }
   absl::StatusOr<replication::SlotReport> ReadSlot() override { return replication::SlotReport{}; }
+  absl::StatusOr<bool> TryLead() override {
+    absl::MutexLock lock(&mu_);
+    return leadable_;
+  }
+  absl::Status CheckLead() override {
+    absl::MutexLock lock(&mu_);
+    return lead_check_;
+  }
+  void Resign() override {
+    absl::MutexLock lock(&mu_);
+    ++resigns_;
+  }
+  std::string Leader() override {
+    absl::MutexLock lock(&mu_);
+    return leader_;
+  }
+
+  // Whether TryLead succeeds, and the leader it names when not.
+  void SetLeadable(bool leadable, std::string leader = "") {
+    absl::MutexLock lock(&mu_);
+    leadable_ = leadable;
+    leader_ = std::move(leader);
+  }
+  void SetLeadCheck(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    lead_check_ = std::move(status);
+  }
+  int resigns() {
+    absl::MutexLock lock(&mu_);
+    return resigns_;
+  }
+  int prepares() {
+    absl::MutexLock lock(&mu_);
+    return prepares_;
+  }
 
   void SetPrepareError(absl::Status status) {
     absl::MutexLock lock(&mu_);
@@ -201,6 +238,10 @@ class ScriptedSource : public replication::StreamSource {
   int prepares_ ABSL_GUARDED_BY(mu_) = 0;
   int committed_ ABSL_GUARDED_BY(mu_) = 0;
   replication::ReaderStats stats_ ABSL_GUARDED_BY(mu_);
+  bool leadable_ ABSL_GUARDED_BY(mu_) = true;
+  std::string leader_ ABSL_GUARDED_BY(mu_);
+  absl::Status lead_check_ ABSL_GUARDED_BY(mu_);
+  int resigns_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class StreamRuntimeTest : public ::testing::Test {
@@ -215,6 +256,8 @@ class StreamRuntimeTest : public ::testing::Test {
     options.buffer_bytes = buffer_bytes;
     options.retry_base = absl::Milliseconds(1);
     options.retry_cap = absl::Milliseconds(5);
+    options.lead_poll = absl::Milliseconds(5);
+    options.lead_check = absl::Milliseconds(5);
     runtime_ = std::make_unique<StreamRuntime>(std::move(options), std::move(source),
                                                [this](walfeed::v1::StreamState state) {
                                                  absl::MutexLock lock(&mu_);
@@ -262,6 +305,65 @@ TEST_F(StreamRuntimeTest, WhileTheSourceCannotStartSubscribeSaysWhyAndStreamingF
       << "an Ack racing a restart is retryable, never NOT_FOUND";
   source_->SetPrepareError(absl::OkStatus());
   ASSERT_TRUE(AwaitState(walfeed::v1::STREAM_STATE_STREAMING));
+  EXPECT_THAT(runtime_->Open("a", std::nullopt, {}).status(), IsOk());
+}
+
+TEST_F(StreamRuntimeTest, AStandbyNamesTheActiveInstanceAndStreamsOnceItLeads) {
+  start_hook_ = [](ScriptedSource& source) { source.SetLeadable(false, "10.0.0.5:50051"); };
+  Start();
+  ASSERT_TRUE(AwaitState(walfeed::v1::STREAM_STATE_STANDBY));
+  const absl::Status standby = runtime_->Open("a", std::nullopt, {}).status();
+  EXPECT_THAT(standby, StatusIs(absl::StatusCode::kUnavailable,
+                                AllOf(HasSubstr("standby for stream \"s\""),
+                                      HasSubstr("the active instance is 10.0.0.5:50051"))));
+  EXPECT_EQ(replication::reason::ReasonOf(standby), "STANDBY");
+  EXPECT_THAT(replication::reason::ReasonMetadataOf(standby),
+              Contains(::testing::Pair("active", "10.0.0.5:50051")));
+  EXPECT_THAT(runtime_->Ack("a", "x", Id(0x100, 0)).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("standby")));
+  RuntimeSnapshot snapshot = runtime_->Snapshot();
+  EXPECT_FALSE(snapshot.leading);
+  EXPECT_EQ(snapshot.active, "10.0.0.5:50051");
+  EXPECT_EQ(source_->prepares(), 0) << "a standby does not touch the slot";
+
+  source_->SetLeadable(true);
+  ASSERT_TRUE(AwaitState(walfeed::v1::STREAM_STATE_STREAMING));
+  EXPECT_THAT(runtime_->Open("a", std::nullopt, {}).status(), IsOk());
+  snapshot = runtime_->Snapshot();
+  EXPECT_TRUE(snapshot.leading);
+  EXPECT_EQ(snapshot.active, "");
+}
+
+TEST_F(StreamRuntimeTest, LosingTheLeadEndsEverySessionAndDropsWhatWasRead) {
+  Start();
+  ASSERT_TRUE(AwaitState(walfeed::v1::STREAM_STATE_STREAMING));
+  absl::StatusOr<OpenedSession> a = runtime_->Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  source_->Push(0x100, 3);
+  ASSERT_TRUE(source_->AwaitCommitted(1));
+  EXPECT_THAT(Frames(*a->session), SizeIs(3));
+
+  source_->SetLeadable(false, "other:50051");
+  source_->SetLeadCheck(absl::UnavailableError("PostgreSQL did not answer within 1.5s"));
+  ASSERT_TRUE(AwaitState(walfeed::v1::STREAM_STATE_STANDBY)) << "another instance leads now";
+  std::string frame;
+  std::optional<absl::Status> end;
+  EXPECT_FALSE(runtime_->NextFrame(*a->session, &frame, &end));
+  ASSERT_TRUE(end.has_value());
+  EXPECT_THAT(*end, StatusIs(absl::StatusCode::kUnavailable,
+                             AllOf(HasSubstr("stopped streaming stream \"s\""),
+                                   HasSubstr("did not answer"))));
+  EXPECT_EQ(replication::reason::ReasonOf(*end), "STREAM_NOT_READY");
+  ASSERT_TRUE(walfeed::testing::WaitUntil([&] { return source_->resigns() >= 1; }, kDeadline));
+  EXPECT_EQ(runtime_->Snapshot().buffered_events, 0u) << "nothing read is served any more";
+  EXPECT_THAT(runtime_->Open("a", std::nullopt, {}).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("standby")));
+
+  // Leading again: prepared afresh, from the stored position.
+  source_->SetLeadCheck(absl::OkStatus());
+  source_->SetLeadable(true);
+  ASSERT_TRUE(AwaitState(walfeed::v1::STREAM_STATE_STREAMING));
+  EXPECT_EQ(source_->prepares(), 2);
   EXPECT_THAT(runtime_->Open("a", std::nullopt, {}).status(), IsOk());
 }
 
