@@ -651,8 +651,8 @@ absl::StatusOr<ServerConfig> Parser::Parse(absl::string_view text) const {
   if (std::optional<YAML::Node> advertise = top.Get("advertise_address")) {
     WALFEED_ASSIGN_OR_RETURN(config.advertise_address,
                              Scalar(*advertise, "advertise_address", "host:port"));
-    if (absl::StatusOr<HostPort> split = SplitHostPort(config.advertise_address); !split.ok()) {
-      return Error(*advertise, "advertise_address", split.status().message());
+    if (absl::Status valid = CheckAdvertiseAddress(config.advertise_address); !valid.ok()) {
+      return Error(*advertise, "advertise_address", valid.message());
     }
   }
   if (std::optional<YAML::Node> metrics = top.Get("metrics_listen")) {
@@ -770,6 +770,10 @@ absl::Status CheckLogLevel(absl::string_view level) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat(Quote(level), " is not a log level: trace, debug, info, warn or error"));
+}
+
+absl::Status CheckAdvertiseAddress(absl::string_view address) {
+  return SplitHostPort(address).status();
 }
 
 absl::Status CheckMetricsListen(absl::string_view listen) {

@@ -113,6 +113,8 @@ struct LogConfig {
 // "text"/"json" and the level names above; InvalidArgument naming the choices.
 absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text);
 absl::Status CheckLogLevel(absl::string_view level);
+// An advertise_address value: host:port.
+absl::Status CheckAdvertiseAddress(absl::string_view address);
 // A metrics_listen value: host:port where the host is an IP address (IPv6 in
 // brackets) or localhost, since the metrics endpoint does not resolve names.
 absl::Status CheckMetricsListen(absl::string_view listen);

@@ -36,8 +36,9 @@ namespace {
 constexpr char kUsage[] = R"(walfeed-server: stream PostgreSQL changes over gRPC.
 
 Usage:
-  walfeed-server --config FILE [--listen HOST:PORT] [--metrics-listen HOST:PORT]
-                 [--log-format text|json] [--log-level LEVEL]
+  walfeed-server --config FILE [--listen HOST:PORT] [--advertise-address HOST:PORT]
+                 [--metrics-listen HOST:PORT] [--log-format text|json]
+                 [--log-level LEVEL]
   walfeed-server --config FILE --check-config
   walfeed-server --help | --version
 
@@ -47,6 +48,9 @@ Options:
                     slot, publications). Secrets come from files or the
                     environment, never from the command line.
   --listen ADDR     Overrides `listen` from the file, e.g. 127.0.0.1:50051.
+  --advertise-address ADDR
+                    Overrides `advertise_address`: where clients reach this
+                    instance, as standbys name it (e.g. the pod's IP:50051).
   --metrics-listen ADDR
                     Overrides `metrics_listen`: serve Prometheus metrics at
                     http://ADDR/metrics, e.g. 127.0.0.1:9464 (an IP address;
@@ -64,6 +68,11 @@ Health (grpc.health.v1): "" is SERVING while the server runs; "walfeed.v1.Change
 is SERVING while every stream streams; "walfeed.v1.ChangeStream/<stream>" is
 SERVING while that stream is connected to its slot.
 
+Active/standby: run several instances with the same configuration; each stream
+is streamed by one of them (a PostgreSQL advisory lock decides), the others
+stand by (health NOT_SERVING, calls UNAVAILABLE naming the active instance)
+and take over when it stops or loses PostgreSQL. See docs/operations.md.
+
 Under systemd (Type=notify) the server reports READY=1 once it listens and
 STOPPING=1 when a shutdown begins.
 
@@ -74,6 +83,7 @@ or configuration, 1 when the server cannot start.
 struct Flags {
   std::string config;
   std::string listen;
+  std::string advertise_address;
   std::string metrics_listen;
   std::string log_format;
   std::string log_level;
@@ -111,6 +121,11 @@ Flags ParseFlags(int argc, char** argv) {
       flags.config = value("--config");
     } else if (arg == "--listen" || arg.rfind("--listen=", 0) == 0) {
       flags.listen = value("--listen");
+    } else if (arg.rfind("--advertise-address", 0) == 0) {
+      flags.advertise_address = value("--advertise-address");
+      if (absl::Status valid = CheckAdvertiseAddress(flags.advertise_address); !valid.ok()) {
+        UsageError(absl::StrCat("--advertise-address ", valid.message()));
+      }
     } else if (arg.rfind("--metrics-listen", 0) == 0) {
       flags.metrics_listen = value("--metrics-listen");
       if (absl::Status valid = CheckMetricsListen(flags.metrics_listen); !valid.ok()) {
@@ -165,6 +180,7 @@ int Run(const Flags& flags) {
   ConfigureLogging(log.format, log.level);
   if (!flags.listen.empty()) config->listen = flags.listen;
   if (!flags.metrics_listen.empty()) config->metrics_listen = flags.metrics_listen;
+  if (!flags.advertise_address.empty()) config->advertise_address = flags.advertise_address;
   if (flags.check_config) {
     std::cout << "configuration " << flags.config << " is valid (" << config->streams.size()
               << " stream(s))\n";

@@ -194,9 +194,7 @@ bool StreamSupervisor::Lead() {
                              active.empty() ? "another instance" : active);
         reported = active;
       }
-      Publish(walfeed::v1::STREAM_STATE_STANDBY,
-              active.empty() ? "another walfeed-server instance streams it"
-                             : absl::StrCat("the instance at ", active, " streams it"));
+      Publish(walfeed::v1::STREAM_STATE_STANDBY, "");  // Not an error: `active` says who leads.
     }
     if (WaitForStop(delay)) return false;
   }

@@ -23,6 +23,10 @@ constexpr char kCommonHelp[] =
     "  --tls-key FILE         its private key (PEM)\n"
     "  --tls-server-name NAME verify the server's certificate for NAME\n"
     "  --token-file FILE      bearer token (first line); default: $WALFEED_TOKEN\n"
+    "  --follow-active        --server names every instance of an active/standby pair\n"
+    "                         (ipv4:A:PORT,B:PORT or a DNS name with several addresses):\n"
+    "                         calls go to the one that streams the stream, also after a\n"
+    "                         failover (gRPC health checking)\n"
     "  --help                 this help\n"
     "A server that cannot be reached is reported in one line: what happened (connection\n"
     "refused, TLS handshake failed, ...) and what to check. Set GRPC_VERBOSITY (e.g.\n"
@@ -46,6 +50,7 @@ void AddCommon(CommonFlags* common, FlagSet* flags) {
     return absl::OkStatus();
   };
   flags->switches["--tls"] = [common] { common->tls = true; };
+  flags->switches["--follow-active"] = [common] { common->follow_active = true; };
   auto tls_file = [common](std::string* field) {
     return [common, field](const std::string& v) {
       *field = v;

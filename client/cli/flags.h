@@ -42,6 +42,7 @@ struct CommonFlags {
   std::string tls_key;
   std::string tls_server_name;
   std::string token_file;  // Otherwise $WALFEED_TOKEN.
+  bool follow_active = false;  // SubscriberOptions::follow_active.
 };
 
 enum class Format { kJson, kText };

@@ -192,6 +192,8 @@ std::string StateName(walfeed::v1::StreamState state) {
       return "streaming";
     case walfeed::v1::STREAM_STATE_FAILED:
       return "FAILED";
+    case walfeed::v1::STREAM_STATE_STANDBY:
+      return "standby";
     default:
       return "unknown";
   }
@@ -389,6 +391,7 @@ std::string StatusTable(const walfeed::v1::GetStatusResponse& response) {
       {"STREAM", "CONSUMER", "CHECKPOINT", "SESSION", "UNACKED", "LAG_BYTES", "HELD_BYTES"}};
   std::string held;
   std::string errors;
+  std::string standby;
   for (const walfeed::v1::StreamStatus& stream : response.streams()) {
     const walfeed::v1::SlotInfo& slot = stream.slot();
     streams.push_back({stream.name(), StateName(stream.state()), OrDash(slot.name()),
@@ -417,6 +420,11 @@ std::string StatusTable(const walfeed::v1::GetStatusResponse& response) {
     if (!stream.error().empty()) {
       absl::StrAppend(&errors, stream.name(), ": ", stream.error(), "\n");
     }
+    if (stream.state() == walfeed::v1::STREAM_STATE_STANDBY) {
+      absl::StrAppend(&standby, stream.name(), ": streamed by ",
+                      stream.active().empty() ? "another instance" : stream.active(),
+                      "; this instance takes over if that one stops\n");
+    }
   }
   std::string out = Table(streams);
   out += "\n";
@@ -426,6 +434,7 @@ std::string StatusTable(const walfeed::v1::GetStatusResponse& response) {
     out += "no consumers\n";
   }
   if (!held.empty()) absl::StrAppend(&out, "\nheld:\n", held);
+  if (!standby.empty()) absl::StrAppend(&out, "\nstandby:\n", standby);
   if (!errors.empty()) absl::StrAppend(&out, "\nerrors:\n", errors);
   return out;
 }

@@ -68,6 +68,7 @@ absl::StatusOr<std::string> Token(const CommonFlags& common) {
 absl::StatusOr<SubscriberOptions> Connection(const CommonFlags& common) {
   SubscriberOptions options;
   options.server = common.server;
+  options.follow_active = common.follow_active;
   options.tls.enabled = common.tls;
   options.tls.root_certs_file = common.tls_ca;
   options.tls.cert_chain_file = common.tls_cert;
@@ -160,12 +161,12 @@ int Tail(const TailFlags& flags, bool* reached, std::atomic<bool>* subscribed,
   absl::StatusOr<SubscriberOptions> connection = Connection(flags.common);
   if (!connection.ok()) return Fail(connection.status());
   SubscriberOptions options = *std::move(connection);
+  options.stream = flags.stream;  // Before the channel: follow_active checks its health.
   // The Subscriber's own channel, dialed here so that a failed attempt can be
   // told from a server that answered (the channel is not connected).
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(options);
   if (!channel.ok()) return Fail(channel.status());
   options.channel = *channel;
-  options.stream = flags.stream;
   options.consumer = flags.consumer;
   options.tables = flags.tables;
   options.operations = flags.operations;

@@ -105,6 +105,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const SubscriberOptio
   // would abort TLS handshakes to distant servers.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, Millis(options.backoff.base));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, Millis(options.backoff.cap));
+  if (options.follow_active) {
+    args.SetServiceConfigJSON(FollowActiveServiceConfig(options.stream));
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   const TlsOptions& tls = options.tls;
   if (tls.enabled) {
@@ -617,6 +620,13 @@ absl::StatusOr<Batch> Batch::Create(walfeed::v1::EventBatch events, std::string 
   batch.events_ = std::move(events);
   batch.session_id_ = std::move(session_id);
   return batch;
+}
+
+std::string FollowActiveServiceConfig(const std::string& stream) {
+  // Stream names are 1-63 of A-Z a-z 0-9 _ . - (nothing to escape in JSON).
+  return absl::StrCat(R"({"loadBalancingConfig": [{"round_robin": {}}], )",
+                      R"("healthCheckConfig": {"serviceName": "walfeed.v1.ChangeStream)",
+                      stream.empty() ? "" : "/", stream, R"("}})");
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const SubscriberOptions& options) {

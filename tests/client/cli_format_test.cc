@@ -293,6 +293,22 @@ TEST(StatusTableTest, ShowsStreamsSlotsAndConsumers) {
   EXPECT_EQ(StatusTable(walfeed::v1::GetStatusResponse()), "no streams\n");
 }
 
+TEST(StatusTableTest, AStandbyNamesTheActiveInstance) {
+  walfeed::v1::GetStatusResponse response;
+  walfeed::v1::StreamStatus* stream = response.add_streams();
+  stream->set_name("orders");
+  stream->set_state(walfeed::v1::STREAM_STATE_STANDBY);
+  stream->set_active("walfeed-1.internal:50051");
+  stream->mutable_slot()->set_name("walfeed_orders");
+  stream->mutable_slot()->set_wal_status("reserved");
+  stream->mutable_slot()->set_active(true);
+  const std::string table = StatusTable(response);
+  EXPECT_THAT(table, HasSubstr("orders  standby  walfeed_orders"));
+  EXPECT_THAT(table, HasSubstr("\nstandby:\norders: streamed by walfeed-1.internal:50051; this "
+                               "instance takes over if that one stops\n"));
+  EXPECT_THAT(table, Not(HasSubstr("errors:")));
+}
+
 TEST(StatusJsonTest, IsTheResponseInProto3JsonWithDefaultsPrinted) {
   walfeed::v1::GetStatusResponse response;
   walfeed::v1::StreamStatus* stream = response.add_streams();

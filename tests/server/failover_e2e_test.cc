@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "tests/chaos/tcp_proxy.h"
+#include "walfeed/subscriber.h"
 #include "tests/server/e2e_harness.h"
 
 namespace walfeed::server {
@@ -116,9 +117,11 @@ class ReadinessRouter {
 // and subscribes again whenever its session ends, as a production client does.
 class ResubscribingConsumer {
  public:
-  ResubscribingConsumer(const std::string& target, size_t ack_every)
+  ResubscribingConsumer(const std::string& target, size_t ack_every,
+                        const std::string& service_config = "")
       : ack_every_(ack_every) {
     grpc::ChannelArguments args;
+    if (!service_config.empty()) args.SetServiceConfigJSON(service_config);
     // Find the new instance quickly after a failover.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
@@ -141,6 +144,11 @@ class ResubscribingConsumer {
   size_t sessions() const {
     absl::MutexLock lock(&mu_);
     return sessions_;
+  }
+  // Subscribes a standby refused.
+  size_t standby_refusals() const {
+    absl::MutexLock lock(&mu_);
+    return standby_refusals_;
   }
   bool WaitForRows(const std::set<int>& rows, absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
@@ -189,7 +197,14 @@ class ResubscribingConsumer {
       }
       // Refused (no instance streams the stream yet): back off a little, as
       // the RetryInfo asks, instead of spinning.
-      if (!subscription.has_started()) absl::SleepFor(absl::Milliseconds(100));
+      if (!subscription.has_started()) {
+        const std::optional<grpc::Status> status = subscription.status();
+        if (status && absl::StrContains(status->error_message(), "standby")) {
+          absl::MutexLock lock(&mu_);
+          ++standby_refusals_;
+        }
+        absl::SleepFor(absl::Milliseconds(100));
+      }
     }
   }
 
@@ -200,6 +215,7 @@ class ResubscribingConsumer {
   mutable absl::Mutex mu_;
   std::map<int, int> deliveries_ ABSL_GUARDED_BY(mu_);
   size_t sessions_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t standby_refusals_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 
@@ -330,6 +346,31 @@ TEST_F(FailoverE2eTest, KillNineOfTheActiveUnderLoadLosesNothing) {
   for (absl::Duration d : failovers) std::cout << " " << absl::FormatDuration(d);
   std::cout << "\n";
   EXPECT_LT(sorted.back(), absl::Seconds(10));
+}
+
+// Without a load balancer: a gRPC channel over both instances' addresses with
+// client-side health checking on the stream's health service (the service
+// config of SubscriberOptions::follow_active and `walfeed tail
+// --follow-active`) sends calls only to the instance that streams, and
+// follows a failover by itself.
+TEST_F(FailoverE2eTest, AClientWithHealthCheckingFollowsTheActiveInstance) {
+  const std::string config = WriteConfig("walfeed");
+  std::unique_ptr<Instance> a = StartInstance(config, "a");
+  ASSERT_TRUE(WaitUntil([&] { return a->Serving(); }, kDeadline)) << a->process().Log();
+  std::unique_ptr<Instance> b = StartInstance(config, "b");
+  ASSERT_TRUE(WaitUntil(
+      [&] { return b->Status().state() == walfeed::v1::STREAM_STATE_STANDBY; }, kDeadline));
+  // b first: the channel must skip it while it stands by.
+  ResubscribingConsumer consumer(
+      absl::StrCat("ipv4:127.0.0.1:", b->port(), ",127.0.0.1:", a->port()), 1,
+      walfeed::FollowActiveServiceConfig(kStream));
+  InsertTransactions(1, 3);
+  ASSERT_TRUE(consumer.WaitForRows({1, 2, 3}, kDeadline));
+  a->process().Signal(SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] { return b->Serving(); }, kDeadline));
+  InsertTransactions(4, 3);
+  EXPECT_TRUE(consumer.WaitForRows({1, 2, 3, 4, 5, 6}, kDeadline));
+  EXPECT_EQ(consumer.standby_refusals(), 0u) << "a call reached the standby";
 }
 
 TEST_F(FailoverE2eTest, AnActiveCutOffFromPostgresStopsServingBeforeTheStandbyStarts) {

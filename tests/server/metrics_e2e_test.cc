@@ -151,6 +151,65 @@ TEST_F(MetricsE2eTest, KeySeriesMoveWithTheStream) {
   EXPECT_EQ(Now("walfeed_consumer_sessions_started_total", Consumer("billing")), 2);
 }
 
+// Metric names in a text (words starting walfeed_, process_ or exposer_),
+// histogram suffixes folded into their family.
+std::set<std::string> MetricNamesIn(const std::string& text) {
+  std::set<std::string> names;
+  for (size_t at = 0; at < text.size();) {
+    const size_t start = std::min(
+        {text.find("walfeed_", at), text.find("process_", at), text.find("exposer_", at)});
+    if (start == std::string::npos) break;
+    size_t end = start;
+    while (end < text.size() && (absl::ascii_isalnum(text[end]) || text[end] == '_')) ++end;
+    const bool word_start = start == 0 || !(absl::ascii_isalnum(text[start - 1]) ||
+                                            text[start - 1] == '_' || text[start - 1] == '/');
+    std::string name = text.substr(start, end - start);
+    for (const char* suffix : {"_bucket", "_count", "_sum"}) {
+      if (absl::EndsWith(name, suffix) && absl::StrContains(name, "_seconds_")) {
+        name.resize(name.size() - strlen(suffix));
+      }
+    }
+    // walfeed_orders (a slot) is no metric; every walfeed_ metric has two
+    // underscores or more.
+    const bool metric = name.find('_', name.find('_') + 1) != std::string::npos ||
+                        !absl::StartsWith(name, "walfeed_");
+    if (word_start && metric) names.insert(name);
+    at = end;
+  }
+  return names;
+}
+
+TEST_F(MetricsE2eTest, TheGuideTheAlertsAndTheDashboardNameOnlySeriesTheServerServes) {
+  StartWithMetrics("defaults:\n  buffer_bytes: 65536\n");
+  std::unique_ptr<Subscription> sub = Subscribe(Request("c"));
+  InsertTransactions(1, 3);
+  ASSERT_TRUE(sub->WaitForEvents(3));
+  AckOk(*sub, "c", sub->events().back().id());
+  std::set<std::string> served;
+  const MetricsScrape scrape = Scrape();
+  for (const auto& sample : scrape.samples()) {
+    std::string name = sample.name;
+    for (const char* suffix : {"_bucket", "_count", "_sum"}) {
+      if (absl::EndsWith(name, suffix) &&
+          (absl::StrContains(name, "_seconds_") || absl::StrContains(name, "_latencies_"))) {
+        name.resize(name.size() - strlen(suffix));
+      }
+    }
+    served.insert(name);
+  }
+  const std::string root = WALFEED_SOURCE_DIR;
+  const std::set<std::string> guide = MetricNamesIn(ReadWholeFile(root + "/docs/operations.md"));
+  for (const char* file : {"/deploy/prometheus/walfeed-alerts.yml",
+                           "/deploy/grafana/walfeed-dashboard.json", "/docs/operations.md"}) {
+    for (const std::string& name : MetricNamesIn(ReadWholeFile(root + file))) {
+      EXPECT_TRUE(served.count(name)) << file << " names " << name << ", which is not served";
+    }
+  }
+  for (const std::string& name : served) {
+    EXPECT_TRUE(guide.count(name)) << name << " is served but not in docs/operations.md";
+  }
+}
+
 TEST_F(MetricsE2eTest, TheConsumerHoldingTheStreamIsNamed) {
   StartWithMetrics("defaults:\n  buffer_bytes: 65536\n");
   std::unique_ptr<Subscription> stuck = Subscribe(Request("stuck"));

@@ -155,6 +155,13 @@ struct SessionInfo {
 struct SubscriberOptions {
   // host:port (any gRPC target: "dns:///walfeed:50051", "unix:/run/walfeed.sock").
   std::string server = "127.0.0.1:50051";
+  // Active/standby: `server` names every instance (a DNS name with several
+  // addresses, or "ipv4:10.0.0.1:50051,10.0.0.2:50051"), and the channel
+  // sends calls only to the one whose stream is SERVING, following a failover
+  // by itself (gRPC client-side health checking on the health service
+  // "walfeed.v1.ChangeStream/<stream>", with round_robin). Off: `server` as
+  // is (a single instance, or an address that already follows readiness).
+  bool follow_active = false;
   // A channel to use instead of dialing `server` with `tls` and `keepalive` (for
   // custom credentials or interceptors).
   std::shared_ptr<grpc::Channel> channel;
@@ -221,6 +228,11 @@ struct SubscriberOptions {
 // TLS, keepalive, reconnect backoff and message size options. For other calls on
 // the same server (GetStatus). INVALID_ARGUMENT for unreadable TLS files.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const SubscriberOptions& options);
+
+// The gRPC service config of follow_active (round_robin, health-checked on
+// `stream`'s health service; "" checks "walfeed.v1.ChangeStream", every
+// stream), for channels made elsewhere: grpc::ChannelArguments::SetServiceConfigJSON.
+std::string FollowActiveServiceConfig(const std::string& stream);
 
 // True for failures a later Subscribe may not meet again: UNAVAILABLE (server
 // shutting down or restarting, stream still connecting to PostgreSQL, network),
