@@ -1,0 +1,104 @@
+// LeaderLock against a real PostgreSQL 15: one holder at a time, standbys
+// learn the holder's address, a holder that cannot renew its lease loses it
+// before PostgreSQL frees the lock for another, and an instance ends its own
+// stale session instead of waiting for the lease to run out.
+#include "replication/pg/leader_lock.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/chaos/tcp_proxy.h"
+#include "tests/testing/pg_cluster.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/wait.h"
+
+namespace walfeed::replication::pg {
+namespace {
+
+using ::walfeed::testing::IsOk;
+using ::walfeed::testing::PgCluster;
+using ::walfeed::testing::WaitUntil;
+
+class LeaderLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override { WALFEED_START_PG_OR_SKIP(pg_, PgCluster::Options{}); }
+
+  std::unique_ptr<LeaderLock> Lock(const std::string& instance, const std::string& advertise,
+                                   const std::string& conninfo = "") {
+    return std::make_unique<LeaderLock>(LeaderLock::Options{
+        conninfo.empty() ? pg_->ConnInfo() : conninfo, "walfeed/orders", instance,
+        [advertise] { return advertise; }, "walfeed_orders"});
+  }
+
+  std::unique_ptr<PgCluster> pg_;
+};
+
+TEST_F(LeaderLockTest, OneHolderAtATimeAndStandbysLearnWhere) {
+  std::unique_ptr<LeaderLock> a = Lock("aaaa0001", "10.0.0.1:50051");
+  std::unique_ptr<LeaderLock> b = Lock("bbbb0002", "10.0.0.2:50051");
+  ASSERT_EQ(a->TryAcquire().value_or(false), true);
+  EXPECT_EQ(a->TryAcquire().value_or(false), true) << "already held: still true";
+  EXPECT_EQ(b->TryAcquire().value_or(true), false);
+  EXPECT_EQ(b->holder(), "10.0.0.1:50051");
+  EXPECT_THAT(a->Check(), IsOk());
+  // Another stream's lock is another lock.
+  LeaderLock other(LeaderLock::Options{pg_->ConnInfo(), "walfeed/inventory", "bbbb0002",
+                                       [] { return std::string("10.0.0.2:50051"); },
+                                       "walfeed_inventory"});
+  EXPECT_EQ(other.TryAcquire().value_or(false), true);
+
+  a->Release();
+  EXPECT_FALSE(a->held());
+  EXPECT_TRUE(WaitUntil([&] { return b->TryAcquire().value_or(false); }, absl::Seconds(10)));
+  EXPECT_EQ(a->TryAcquire().value_or(true), false);
+  EXPECT_EQ(a->holder(), "10.0.0.2:50051");
+}
+
+TEST_F(LeaderLockTest, AHolderCutOffLosesItsLeaseBeforeAnotherCanTakeIt) {
+  absl::StatusOr<std::unique_ptr<chaos::TcpProxy>> proxy = chaos::TcpProxy::Start();
+  ASSERT_THAT(proxy, IsOk());
+  (*proxy)->SetUpstream(pg_->port());
+  std::unique_ptr<LeaderLock> a = Lock(
+      "aaaa0001", "10.0.0.1:50051",
+      absl::StrCat(pg_->ConnInfo(), " host=127.0.0.1 port=", (*proxy)->port()));
+  std::unique_ptr<LeaderLock> b = Lock("bbbb0002", "10.0.0.2:50051");
+  ASSERT_EQ(a->TryAcquire().value_or(false), true);
+  ASSERT_THAT(a->Check(), IsOk());
+
+  const absl::Time cut = absl::Now();
+  (*proxy)->Stall(chaos::TcpProxy::kBoth, cut + absl::Seconds(60));
+  const absl::Status lost = a->Check();
+  const absl::Duration a_lost = absl::Now() - cut;
+  EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+  EXPECT_FALSE(a->held());
+  EXPECT_LE(a_lost, LeaderLock::kCheckTimeout + absl::Milliseconds(500));
+  // PostgreSQL frees the lock only when the lease runs out.
+  ASSERT_TRUE(WaitUntil([&] { return b->TryAcquire().value_or(false); }, absl::Seconds(30),
+                        absl::Milliseconds(50)));
+  const absl::Duration b_took = absl::Now() - cut;
+  EXPECT_GT(b_took, a_lost);
+  EXPECT_GE(b_took, LeaderLock::kServerTimeout - absl::Milliseconds(500))
+      << "the lock was freed before the lease ran out";
+  std::cout << "[leader] cut off: lost after " << absl::FormatDuration(a_lost)
+            << ", taken over after " << absl::FormatDuration(b_took) << "\n";
+}
+
+TEST_F(LeaderLockTest, AnInstanceEndsItsOwnStaleSessionAtOnce) {
+  absl::StatusOr<std::unique_ptr<chaos::TcpProxy>> proxy = chaos::TcpProxy::Start();
+  ASSERT_THAT(proxy, IsOk());
+  (*proxy)->SetUpstream(pg_->port());
+  std::unique_ptr<LeaderLock> before = Lock(
+      "aaaa0001", "10.0.0.1:50051",
+      absl::StrCat(pg_->ConnInfo(), " host=127.0.0.1 port=", (*proxy)->port()));
+  ASSERT_EQ(before->TryAcquire().value_or(false), true);
+  (*proxy)->Stall(chaos::TcpProxy::kBoth, absl::Now() + absl::Seconds(60));
+  // The same instance (same id) over another path: its old session still
+  // holds the lock as far as PostgreSQL knows.
+  std::unique_ptr<LeaderLock> after = Lock("aaaa0001", "10.0.0.1:50051");
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(after->TryAcquire().value_or(false), true);
+  EXPECT_LT(absl::Now() - start, LeaderLock::kServerTimeout / 2);
+}
+
+}  // namespace
+}  // namespace walfeed::replication::pg
