@@ -46,11 +46,7 @@ TEST_F(ConsumersE2eTest, AConsumerThatNeverAckedHoldsNothingOnceItLeaves) {
   size_t acked = 0;
   const bool all = WaitUntil(
       [&] {
-        const std::vector<ChangeEvent> events = a->events();
-        if (events.size() > acked) {
-          AckOk(*a, "a", events.back().id());
-          acked = events.size();
-        }
+        AckArrived(*a, "a", &acked);
         return acked >= kTransactions + 1;  // And the warm-up row.
       },
       absl::Seconds(120), absl::Milliseconds(5));
@@ -224,11 +220,7 @@ TEST_F(ConsumersE2eTest, AStoppedConsumerThatHoldsTheStreamIsNamedUntilItIsRemov
   walfeed::v1::StreamStatus held;
   ASSERT_TRUE(WaitUntil(
       [&] {
-        const std::vector<ChangeEvent> events = fast->events();
-        if (events.size() > acked) {
-          AckOk(*fast, "fast", events.back().id());
-          acked = events.size();
-        }
+        AckArrived(*fast, "fast", &acked);
         // Until fast's first ack lands, fast itself (with nothing acked) may be
         // the one the full buffer waits for; then it is stuck.
         held = StreamStatusNow();
@@ -246,11 +238,7 @@ TEST_F(ConsumersE2eTest, AStoppedConsumerThatHoldsTheStreamIsNamedUntilItIsRemov
   ASSERT_THAT(RemoveConsumer("stuck"), GrpcOk());
   const bool all = WaitUntil(
       [&] {
-        const std::vector<ChangeEvent> events = fast->events();
-        if (events.size() > acked) {
-          AckOk(*fast, "fast", events.back().id());
-          acked = events.size();
-        }
+        AckArrived(*fast, "fast", &acked);
         return acked >= 2001;
       },
       absl::Seconds(60), absl::Milliseconds(5));

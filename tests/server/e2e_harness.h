@@ -358,6 +358,27 @@ class Subscription {
   int protocol_errors_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// grpc.health.v1.Health/Check on `channel` through a generic stub (no
+// generated client).
+grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
+                         HealthCheckResponse* response,
+                         absl::Duration timeout = absl::Seconds(10)) {
+  grpc::TemplatedGenericStub<HealthCheckRequest, HealthCheckResponse> stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(ChronoDeadline(timeout));
+  HealthCheckRequest request;
+  request.set_service(service);
+  absl::Notification done;
+  grpc::Status result;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                 response, [&](grpc::Status status) {
+                   result = std::move(status);
+                   done.Notify();
+                 });
+  done.WaitForNotification();  // Bounded by the call's deadline.
+  return result;
+}
+
 SubscribeRequest Request(const std::string& consumer, const std::string& stream = kStream) {
   SubscribeRequest request;
   request.set_stream(stream);
@@ -619,6 +640,15 @@ class ServerE2eTest : public ::testing::Test {
     return stub_->Ack(&context, request, response != nullptr ? response : &ignored);
   }
 
+  // Acks the newest event `subscription` received if more than `*acked`
+  // arrived; `*acked` becomes their number.
+  void AckArrived(const Subscription& subscription, const std::string& consumer, size_t* acked) {
+    const std::vector<ChangeEvent> events = subscription.events();
+    if (events.size() <= *acked) return;
+    AckOk(subscription, consumer, events.back().id());
+    *acked = events.size();
+  }
+
   // Acks `event_id` and returns the checkpoint it reports.
   std::string AckOk(const Subscription& subscription, const std::string& consumer,
                     const std::string& event_id) {
@@ -672,22 +702,8 @@ class ServerE2eTest : public ::testing::Test {
     return stub_->GetStatus(&context, request, response);
   }
 
-  // grpc.health.v1.Health/Check through a generic stub (no generated client).
   grpc::Status Health(const std::string& service, HealthCheckResponse* response) {
-    grpc::TemplatedGenericStub<HealthCheckRequest, HealthCheckResponse> stub(channel_);
-    grpc::ClientContext context;
-    context.set_deadline(ChronoDeadline(absl::Seconds(10)));
-    HealthCheckRequest request;
-    request.set_service(service);
-    absl::Notification done;
-    grpc::Status result;
-    stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                   response, [&](grpc::Status status) {
-                     result = std::move(status);
-                     done.Notify();
-                   });
-    done.WaitForNotification();  // Bounded by the call's deadline.
-    return result;
+    return HealthCheck(channel_, service, response);
   }
 
   HealthCheckResponse::ServingStatus HealthOf(const std::string& service) {

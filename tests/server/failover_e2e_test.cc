@@ -38,21 +38,9 @@ class Instance {
   ServerProcess& process() { return *process_; }
 
   bool Serving() {
-    grpc::TemplatedGenericStub<HealthCheckRequest, HealthCheckResponse> stub(channel_);
-    grpc::ClientContext context;
-    context.set_deadline(ChronoDeadline(absl::Seconds(2)));
-    HealthCheckRequest request;
-    request.set_service(kHealth);
     HealthCheckResponse response;
-    absl::Notification done;
-    grpc::Status result;
-    stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                   &response, [&](grpc::Status status) {
-                     result = std::move(status);
-                     done.Notify();
-                   });
-    done.WaitForNotification();
-    return result.ok() && response.status() == HealthCheckResponse::SERVING;
+    return HealthCheck(channel_, kHealth, &response, absl::Seconds(2)).ok() &&
+           response.status() == HealthCheckResponse::SERVING;
   }
 
   walfeed::v1::StreamStatus Status() {

@@ -222,11 +222,7 @@ TEST_F(MetricsE2eTest, TheConsumerHoldingTheStreamIsNamed) {
   size_t acked = 0;
   const bool held = WaitUntil(
       [&] {
-        const std::vector<ChangeEvent> events = fast->events();
-        if (events.size() > acked) {
-          AckOk(*fast, "fast", events.back().id());
-          acked = events.size();
-        }
+        AckArrived(*fast, "fast", &acked);
         return Now("walfeed_consumer_holding_stream", Consumer("stuck")) == 1;
       },
       kDeadline, absl::Milliseconds(20));
@@ -251,11 +247,7 @@ TEST_F(MetricsE2eTest, TheConsumerHoldingTheStreamIsNamed) {
   // Let the writer finish: fast acks what remains.
   WaitUntil(
       [&] {
-        const std::vector<ChangeEvent> events = fast->events();
-        if (events.size() > acked) {
-          AckOk(*fast, "fast", events.back().id());
-          acked = events.size();
-        }
+        AckArrived(*fast, "fast", &acked);
         return acked >= 2001;
       },
       absl::Seconds(60), absl::Milliseconds(5));
