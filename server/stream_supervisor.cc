@@ -209,11 +209,13 @@ void StreamSupervisor::CheckLoop() {
     }
     const absl::Status check = source_->CheckLead();
     if (check.ok()) continue;
+    bool running;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_ || failed_) return;
       lead_lost_ = true;
       state_.leading = false;
+      running = running_;
     }
     StreamLogger()->warn("stream {}: {}; ending every session until this instance leads again",
                          options_.stream, check.ToString());
@@ -221,7 +223,9 @@ void StreamSupervisor::CheckLoop() {
     // At once, not when the run ends (that may wait on PostgreSQL): nothing
     // this process holds may be served from now on.
     if (hooks_.on_lead_lost) hooks_.on_lead_lost(check);
-    source_->Interrupt();
+    // Only a run in progress: an interrupt before Run would end the run of
+    // the next lead at once (Main sees lead_lost_ before it runs).
+    if (running) source_->Interrupt();
   }
 }
 
@@ -230,7 +234,6 @@ bool StreamSupervisor::TakeLeadLost() {
     absl::MutexLock lock(&mu_);
     if (stopping_ || !lead_lost_) return false;
     lead_lost_ = false;
-    restart_.reset();
   }
   // Again, in case the run was prepared (and loaded what it holds) after the
   // checking thread unloaded it.
@@ -260,12 +263,27 @@ void StreamSupervisor::Main() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
     }
-    if (TakeLeadLost()) continue;
     if (hooks_.on_prepared) hooks_.on_prepared(plan, tracker_.get());
+    bool lost;
+    {
+      // Atomically with the check: a lead lost from here on interrupts the
+      // run (which then returns at once if it has not started yet).
+      absl::MutexLock lock(&mu_);
+      lost = lead_lost_;
+      running_ = !lost;
+    }
+    if (lost) {
+      TakeLeadLost();
+      continue;
+    }
     StreamLogger()->info("stream {}: starting slot {} at {} with {} consumer checkpoint(s)",
                          options_.stream, options_.slot_name, plan.start.ToString(),
                          plan.consumers.size());
     const absl::Status result = source_->Run(plan, tracker_.get(), sink_);
+    {
+      absl::MutexLock lock(&mu_);
+      running_ = false;
+    }
     // Whatever the run ended with after a lost lead: this process no longer
     // streams the stream.
     if (TakeLeadLost()) continue;

@@ -97,7 +97,8 @@ class StreamSupervisor {
   // Checks the lead every lead_check while leading, until Stop.
   void CheckLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // If the lead was lost: unloads again, resigns, and returns true (Main
-  // goes back to Lead).
+  // goes back to Lead). A pending restart_ stays: its interrupt may still be
+  // waiting for the next run.
   bool TakeLeadLost() ABSL_LOCKS_EXCLUDED(mu_);
   // Sets the state (and reports a change) whatever the lead.
   void Publish(walfeed::v1::StreamState state, std::string error) ABSL_LOCKS_EXCLUDED(mu_);
@@ -121,6 +122,8 @@ class StreamSupervisor {
   mutable absl::Mutex mu_;
   // The lead was lost during this run: Main resigns and leads again.
   bool lead_lost_ ABSL_GUARDED_BY(mu_) = false;
+  // Main is in (or about to enter) source_->Run.
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> restart_ ABSL_GUARDED_BY(mu_);

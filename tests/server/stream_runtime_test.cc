@@ -367,6 +367,26 @@ TEST_F(StreamRuntimeTest, LosingTheLeadEndsEverySessionAndDropsWhatWasRead) {
   EXPECT_THAT(runtime_->Open("a", std::nullopt, {}).status(), IsOk());
 }
 
+TEST_F(StreamRuntimeTest, ALeadLostWhilePreparingLeavesTheNextRunStreaming) {
+  start_hook_ = [](ScriptedSource& source) {
+    source.SetPrepareError(absl::UnavailableError("connection refused"));
+  };
+  Start();
+  ASSERT_TRUE(source_->AwaitPrepares(2));
+  source_->SetLeadCheck(absl::UnavailableError("lost"));
+  ASSERT_TRUE(walfeed::testing::WaitUntil([&] { return source_->resigns() >= 1; }, kDeadline));
+  source_->SetLeadCheck(absl::OkStatus());
+  source_->SetPrepareError(absl::OkStatus());
+  ASSERT_TRUE(AwaitState(walfeed::v1::STREAM_STATE_STREAMING));
+  // The run streams: no interrupt meant for an earlier lead ended it.
+  absl::StatusOr<OpenedSession> a = runtime_->Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  source_->Push(0x100, 2);
+  ASSERT_TRUE(source_->AwaitCommitted(1));
+  EXPECT_THAT(Frames(*a->session), SizeIs(2));
+  EXPECT_EQ(runtime_->Snapshot().state, walfeed::v1::STREAM_STATE_STREAMING);
+}
+
 TEST_F(StreamRuntimeTest, AnAckIsStoredBeforeItMovesTheCheckpoint) {
   Start();
   ASSERT_TRUE(AwaitState(walfeed::v1::STREAM_STATE_STREAMING));
