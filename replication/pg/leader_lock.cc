@@ -98,7 +98,8 @@ absl::StatusOr<bool> LeaderLock::TryAcquire() {
         // not noticed yet. End it rather than wait.
         spdlog::info("{}: ending this instance's stale leadership session (pid {})",
                      options_.key, pid);
-        (void)Exec(conn_.get(), "SELECT pg_terminate_backend($1::int)", {pid});
+        // With a timeout: it waits until the session is gone (and the lock free).
+        (void)Exec(conn_.get(), "SELECT pg_terminate_backend($1::int, 3000)", {pid});
         continue;
       }
       if (parts.size() >= 4) holder_ = parts[3];
@@ -108,10 +109,13 @@ absl::StatusOr<bool> LeaderLock::TryAcquire() {
   if (!held_) return false;
   // A walsender of a walfeed session still on the slot is a deposed leader's
   // (this instance was not streaming): end it instead of waiting for
-  // wal_sender_timeout. A foreign client on walfeed's slot is left alone.
+  // wal_sender_timeout, and wait (up to 3 s) until it is gone, so the slot is
+  // free when this instance starts streaming. A foreign client on walfeed's
+  // slot is left alone.
   absl::StatusOr<PgResultPtr> ended =
       Exec(conn_.get(),
-           "SELECT s.active_pid, pg_terminate_backend(s.active_pid) FROM pg_replication_slots s "
+           "SELECT s.active_pid, pg_terminate_backend(s.active_pid, 3000) "
+           "FROM pg_replication_slots s "
            "JOIN pg_stat_activity a ON a.pid = s.active_pid "
            "WHERE s.slot_name = $1 AND a.backend_type = 'walsender' "
            "AND a.application_name LIKE 'walfeed%'",

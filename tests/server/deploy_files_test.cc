@@ -158,9 +158,11 @@ TEST_F(DeployFilesTest, TheKubernetesManifestsRunWhatTheServerAccepts) {
     }
   }
   EXPECT_EQ(replicas, 2);
-  EXPECT_EQ(readiness, "walfeed.v1.ChangeStream");
   absl::StatusOr<ServerConfig> parsed = ParseConfig(config, "k8s ConfigMap");
   ASSERT_THAT(parsed, IsOk());
+  ASSERT_EQ(parsed->streams.size(), 1u);
+  EXPECT_EQ(readiness, "walfeed.v1.ChangeStream/" + parsed->streams[0].name)
+      << "readiness must be the stream's health service";
   absl::StatusOr<TokenAuthorizer> authorizer = TokenAuthorizer::Parse(tokens, "k8s Secret");
   ASSERT_THAT(authorizer, IsOk());
   std::vector<std::string> streams;
