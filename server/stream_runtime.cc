@@ -421,10 +421,11 @@ RuntimeSnapshot StreamRuntime::Snapshot() const {
   snapshot.error = state.error;
   snapshot.leading = state.leading;
   snapshot.active = state.active;
-  const replication::ReaderStats stats = source_->stats();
-  snapshot.server_wal_end = stats.server_wal_end;
-  snapshot.confirmed = stats.confirmed_sent;
+  // Positions only grow, so the totals' (the highest any reader saw) are the
+  // current ones.
   snapshot.reader = source_->totals();
+  snapshot.server_wal_end = snapshot.reader.server_wal_end;
+  snapshot.confirmed = snapshot.reader.confirmed_sent;
   snapshot.connections = connections_.load();
   snapshot.stream_start = Lsn(stream_start_.load());
   return snapshot;

@@ -50,6 +50,8 @@ class HealthBoard {
   std::map<std::string, bool> serving_ ABSL_GUARDED_BY(mu_);
 };
 
+namespace {
+
 // advertise_address, or the listen address with the bound port (and the host
 // name for a wildcard host).
 std::string AdvertiseAddress(const ServerConfig& config, int port) {
@@ -61,6 +63,8 @@ std::string AdvertiseAddress(const ServerConfig& config, int port) {
   }
   return absl::StrCat(host, ":", port);
 }
+
+}  // namespace
 
 WalfeedServer::WalfeedServer(ServerConfig config)
     : config_(std::move(config)), health_(std::make_unique<HealthBoard>()) {}

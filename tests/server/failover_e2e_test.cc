@@ -68,7 +68,7 @@ class ReadinessRouter {
     thread_ = std::thread([this] { Run(); });
   }
   ~ReadinessRouter() {
-    stop_ = true;
+    stop_.Notify();
     thread_.join();
   }
   void Set(std::vector<Instance*> instances) {
@@ -78,7 +78,7 @@ class ReadinessRouter {
 
  private:
   void Run() {
-    while (!stop_) {
+    do {
       std::vector<Instance*> instances;
       {
         absl::MutexLock lock(&mu_);
@@ -90,12 +90,12 @@ class ReadinessRouter {
           break;
         }
       }
-      absl::SleepFor(absl::Milliseconds(50));  // A polling period, not a wait for a condition.
-    }
+      // Health has no push: check again every 50 ms until stopped.
+    } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
   }
 
   chaos::TcpProxy* const proxy_;
-  std::atomic<bool> stop_{false};
+  absl::Notification stop_;
   absl::Mutex mu_;
   std::vector<Instance*> instances_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
@@ -120,7 +120,7 @@ class ResubscribingConsumer {
   }
   ~ResubscribingConsumer() { Stop(); }
   void Stop() {
-    stop_ = true;
+    if (!stop_.HasBeenNotified()) stop_.Notify();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -153,7 +153,7 @@ class ResubscribingConsumer {
   void Run() {
     SubscribeRequest request = Request("failover");
     request.set_max_unacked_events(200);
-    while (!stop_) {
+    while (!stop_.HasBeenNotified()) {
       Subscription subscription(stub_.get(), request);
       {
         absl::MutexLock lock(&mu_);
@@ -161,7 +161,7 @@ class ResubscribingConsumer {
       }
       size_t seen = 0;
       size_t acked = 0;
-      while (!stop_ && !subscription.WaitForEnd(absl::Milliseconds(20))) {
+      while (!stop_.HasBeenNotified() && !subscription.WaitForEnd(absl::Milliseconds(20))) {
         const std::vector<ChangeEvent> events = subscription.events();
         {
           absl::MutexLock lock(&mu_);
@@ -191,7 +191,7 @@ class ResubscribingConsumer {
           absl::MutexLock lock(&mu_);
           ++standby_refusals_;
         }
-        absl::SleepFor(absl::Milliseconds(100));
+        stop_.WaitForNotificationWithTimeout(absl::Milliseconds(100));
       }
     }
   }
@@ -199,7 +199,7 @@ class ResubscribingConsumer {
   const size_t ack_every_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ChangeStream::Stub> stub_;
-  std::atomic<bool> stop_{false};
+  absl::Notification stop_;
   mutable absl::Mutex mu_;
   std::map<int, int> deliveries_ ABSL_GUARDED_BY(mu_);
   size_t sessions_ ABSL_GUARDED_BY(mu_) = 0;
