@@ -79,15 +79,18 @@ class ForeignLog {
   }
 
  private:
+  // Made on first use (after ConfigureLogging), not registered with spdlog:
+  // registering from two threads at once throws. It shares the default
+  // logger's sinks (and so their format) and follows its level.
   std::shared_ptr<spdlog::logger> Logger() {
-    std::shared_ptr<spdlog::logger> logger = spdlog::get(name_);
-    if (logger) return logger;
-    logger = spdlog::default_logger()->clone(name_);
-    spdlog::register_logger(logger);  // May race with another thread: harmless.
-    return logger;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!logger_) logger_ = spdlog::default_logger()->clone(name_);
+    logger_->set_level(spdlog::default_logger()->level());
+    return logger_;
   }
 
   const std::string name_;
+  std::shared_ptr<spdlog::logger> logger_;  // Guarded by mu_.
   std::mutex mu_;
   absl::Time window_start_ = absl::InfinitePast();
   int used_ = 0;

@@ -135,10 +135,12 @@ absl::Status LeaderLock::Check() {
     return absl::UnavailableError(absl::StrCat("the leadership of ", options_.key, " is not held"));
   }
   auto lost = [&](absl::string_view why) {
+    // The message first: `why` may point into the connection (PQerrorMessage).
+    absl::Status status =
+        absl::UnavailableError(absl::StrCat("lost the leadership of ", options_.key, ": ", why));
     conn_.reset();  // Whatever PostgreSQL still thinks, this instance stops leading.
     held_ = false;
-    return absl::UnavailableError(
-        absl::StrCat("lost the leadership of ", options_.key, ": ", why));
+    return status;
   };
   PGconn* conn = conn_.get();
   if (PQsetnonblocking(conn, 1) != 0 || PQsendQuery(conn, "SELECT 1") != 1) {
