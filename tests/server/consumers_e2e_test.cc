@@ -222,9 +222,11 @@ TEST_F(ConsumersE2eTest, AStoppedConsumerThatHoldsTheStreamIsNamedUntilItIsRemov
       [&] {
         AckArrived(*fast, "fast", &acked);
         // Until fast's first ack lands, fast itself (with nothing acked) may be
-        // the one the full buffer waits for; then it is stuck.
+        // the one the full buffer waits for; then it is stuck, and it holds
+        // bytes alone once fast's acks pass its checkpoint.
         held = StreamStatusNow();
-        return held.held_by() == "stuck";
+        return held.held_by() == "stuck" && held.consumers_size() == 2 &&
+               held.consumers(1).held_bytes() > 0;
       },
       kDeadline, absl::Milliseconds(5)));
   EXPECT_EQ(held.held_by(), "stuck");
