@@ -98,6 +98,14 @@ absl::Status StreamReader::Run(Lsn start) {
   if (wake_fd_ < 0) return absl::InternalError("eventfd() failed");
   durable_ = start;
   persister_ = std::make_unique<ConfirmedPersister>(store_, start, [this] { Wake(); });
+  absl::Status status = RunSessions();
+  // Joined before returning: a store round trip still in flight (a ping asked for
+  // just before the end) finishes inside Run, never after it.
+  persister_.reset();
+  return status;
+}
+
+absl::Status StreamReader::RunSessions() {
   Backoff backoff(options_.backoff_base, options_.backoff_cap,
                   options_.backoff_seed != 0 ? options_.backoff_seed
                                              : absl::Uniform<uint64_t>(absl::BitGen()));

@@ -151,6 +151,8 @@ class StreamReader {
                   absl::Duration timeout) const;
 
  private:
+  // Run's loop: sessions with backoff until a stop or a definite error.
+  absl::Status RunSessions();
   absl::Status RunSession(Lsn start);
   absl::Status HandleFrame(absl::Span<const uint8_t> frame, bool* reply_now);
   absl::Status Dispatch(TransactionAssembler::Output output);

@@ -155,6 +155,8 @@ int Main(int argc, char** argv) {
   config.create_missing = true;
   const std::string consumer = flags["consumer"];
 
+  // Each step says so on stderr: a child that never gets ready shows where it waits.
+  spdlog::info("opening the checkpoint store");
   absl::StatusOr<std::unique_ptr<PgCheckpointStore>> store =
       PgCheckpointStore::Open({config.conninfo, kCheckpointSchema});
   if (!store.ok()) {
@@ -162,6 +164,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   GroupCommitter committer(store->get());
+  spdlog::info("preparing stream {} (slot {})", config.name, config.slot_name);
   absl::StatusOr<PreparedStream> prepared = PrepareStream(config, &committer, kCheckpointSchema);
   if (!prepared.ok()) {
     Emit(absl::StrCat("fatal ", OneLine(prepared.status())));

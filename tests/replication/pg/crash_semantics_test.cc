@@ -276,6 +276,9 @@ class StreamChild {
   struct Flags {
     std::string conninfo;
     int feedback_ms = 200;
+    // What the database was doing, appended to failure messages: a child that
+    // never gets ready is most often waiting inside PostgreSQL.
+    std::function<std::string()> server_state;
   };
 
   // Spawns crash_child and waits for its "ready" line (PrepareStream done).
@@ -295,7 +298,8 @@ class StreamChild {
     };
     absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Spawn(argv, log_path);
     if (!process.ok()) return process.status();
-    std::unique_ptr<StreamChild> child(new StreamChild(std::move(*process), log_path));
+    std::unique_ptr<StreamChild> child(
+        new StreamChild(std::move(*process), log_path, flags.server_state));
     if (absl::Status ready = child->ReadUntil([&] { return child->ready_.has_value(); });
         !ready.ok()) {
       return ready;
@@ -383,12 +387,16 @@ class StreamChild {
     std::string log = ReadFileText(log_path_);
     if (log.size() > 4000) log = log.substr(log.size() - 4000);
     return absl::StrCat("\n--- last lines from crash_child:\n", absl::StrJoin(tail, "\n"),
-                        "\n--- its stderr (", log_path_, "):\n", log);
+                        "\n--- its stderr (", log_path_, "):\n", log,
+                        server_state_ ? server_state_() : "");
   }
 
  private:
-  StreamChild(std::unique_ptr<ChildProcess> process, std::string log_path)
-      : process_(std::move(process)), log_path_(std::move(log_path)) {}
+  StreamChild(std::unique_ptr<ChildProcess> process, std::string log_path,
+              std::function<std::string()> server_state)
+      : process_(std::move(process)),
+        log_path_(std::move(log_path)),
+        server_state_(std::move(server_state)) {}
 
   absl::Status Annotate(const absl::Status& status) const {
     return absl::Status(status.code(), absl::StrCat(status.message(), Diagnostics()));
@@ -450,6 +458,7 @@ class StreamChild {
 
   std::unique_ptr<ChildProcess> process_;
   const std::string log_path_;
+  const std::function<std::string()> server_state_;
   std::vector<std::string> transcript_;
   std::optional<Ready> ready_;
   std::vector<Event> events_;
@@ -503,6 +512,7 @@ class CrashTestBase : public ::testing::Test {
     StreamChild::Flags flags;
     flags.conninfo = pg_->ConnInfo();
     flags.feedback_ms = feedback_ms;
+    flags.server_state = [this] { return ServerState(); };
     // A log file per launch, next to the cluster, so a failure shows this run's log.
     const std::string log = absl::StrCat(pg_->data_dir(), "/../crash_child.", launches_++, ".log");
     return StreamChild::Start(flags, log);
@@ -512,6 +522,19 @@ class CrashTestBase : public ::testing::Test {
   // expectation then fails with a value that says so).
   std::string Value(const std::string& sql, const std::string& fallback) {
     return pg_->QueryValue(sql).value_or(fallback);
+  }
+  // Every session's wait and statement, and the end of the server log.
+  std::string ServerState() {
+    absl::StatusOr<std::vector<std::string>> sessions = pg_->Query(
+        "SELECT pid || ' ' || backend_type || ' ' || coalesce(state, '') || ' wait=' || "
+        "coalesce(wait_event_type || '/' || wait_event, '-') || ' xid=' || "
+        "coalesce(backend_xid::text, '-') || ' ' || left(coalesce(query, ''), 100) "
+        "FROM pg_stat_activity ORDER BY pid");
+    std::string log = pg_->Log();
+    if (log.size() > 3000) log = log.substr(log.size() - 3000);
+    return absl::StrCat("\n--- pg_stat_activity:\n",
+                        sessions.ok() ? absl::StrJoin(*sessions, "\n") : sessions.status().ToString(),
+                        "\n--- server log (end):\n", log);
   }
   Lsn SlotConfirmed() {
     const std::string sql = absl::StrCat(
