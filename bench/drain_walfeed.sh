@@ -87,18 +87,22 @@ drain_rc=0
   --end-lsn "$END_LSN" --batch "${DRAIN_BATCH:-1024}" --window "${DRAIN_WINDOW:-200000}" \
   --ack-every "${DRAIN_ACK_EVERY:-50000}" --ack-interval-ms 1000 >"$tmp/drain.json" || drain_rc=$?
 
+# SIGTERM to exit, with nothing in flight (the client has acked and gone).
+stop_begin="$(date +%s.%N)"
 kill -TERM "$server_pid"
 server_rc=0
 wait "$time_pid" || server_rc=$?
+stop_end="$(date +%s.%N)"
 server_pid=""
 if [ "$drain_rc" != 0 ] || [ "$server_rc" != 0 ]; then
   echo "drain_walfeed.sh: drain exit $drain_rc, server exit $server_rc; server log tail:" >&2
   tail -n 20 "$tmp/server.log" >&2
 fi
 
-python3 - "$tmp/drain.json" "$tmp/server.time" "$tmp/drain.time" "$drain_rc" "$server_rc" <<'PY'
+python3 - "$tmp/drain.json" "$tmp/server.time" "$tmp/drain.time" "$drain_rc" "$server_rc" \
+  "$stop_begin" "$stop_end" <<'PY'
 import json, sys
-drain, server_t, drain_t, drain_rc, server_rc = sys.argv[1:]
+drain, server_t, drain_t, drain_rc, server_rc, stop_begin, stop_end = sys.argv[1:]
 lines = [l for l in open(drain).read().splitlines() if l.startswith('{')]
 res = json.loads(lines[-1]) if lines else {'error': 'drain client printed nothing'}
 def timed(path, prefix):
@@ -116,6 +120,7 @@ timed(drain_t, 'drain_client')
 ev = res.get('events') or 0
 if ev and 'walfeed_server_cpu_s' in res:
     res['walfeed_server_cpu_us_per_event'] = round(res['walfeed_server_cpu_s'] * 1e6 / ev, 2)
+res['walfeed_server_stop_s'] = round(float(stop_end) - float(stop_begin), 4)
 res['drain_rc'] = int(drain_rc)
 res['server_rc'] = int(server_rc)
 print(json.dumps(res), flush=True)

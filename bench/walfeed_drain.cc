@@ -254,7 +254,7 @@ int Run(const Flags& flags) {
                    static_cast<int>(status.error_code()), status.error_message().c_str());
       return 1;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   const Clock::time_point t_subscribed = Clock::now();
   Acker acker(stub.get(), flags.stream, flags.consumer, frame.started().session_id());

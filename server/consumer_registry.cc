@@ -292,6 +292,7 @@ bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::st
   }
   if (sent) return true;
   entry.waiting = true;
+  if (options_.progress_due) options_.progress_due(entry.framer.progress_due_at());
   return false;
 }
 

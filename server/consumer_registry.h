@@ -128,6 +128,9 @@ class ConsumerRegistry {
     // A session needs events from the spill: wake the thread that reads it. May
     // be called under mu_ (it must only signal).
     std::function<void()> want_disk;
+    // A session went idle: its next progress frame is due at the given time;
+    // ask for a DueForProgress call then. Called under mu_ (it must only signal).
+    std::function<void(absl::Time)> progress_due;
   };
 
   explicit ConsumerRegistry(Options options);

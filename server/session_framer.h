@@ -54,9 +54,9 @@ class SessionFramer {
   // Returns how many did.
   size_t Acked(EventId id);
 
-  bool ProgressDue(absl::Time now) const {
-    return now - last_frame_ >= options_.limits.progress_interval;
-  }
+  bool ProgressDue(absl::Time now) const { return now >= progress_due_at(); }
+  // When the next progress frame is due if nothing else is sent before.
+  absl::Time progress_due_at() const { return last_frame_ + options_.limits.progress_interval; }
   bool started() const { return started_sent_; }
   EventId cursor() const { return cursor_; }
   size_t unacked_events() const { return unacked_.size(); }

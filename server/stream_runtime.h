@@ -63,6 +63,9 @@ struct RuntimeOptions {
   // Active/standby: how often a standby tries to lead, a leader checks its lead.
   absl::Duration lead_poll = absl::Seconds(1);
   absl::Duration lead_check = absl::Milliseconds(500);
+  // An idle session's next progress frame is due then: call Tick() by that time
+  // (see ConsumerRegistry::Options::progress_due). Unset: Tick's caller's period.
+  std::function<void(absl::Time)> progress_due;
 };
 
 struct AckOutcome {

@@ -52,6 +52,10 @@ class HealthBoard {
 
 namespace {
 
+// The longest the progress ticker sleeps: a backstop, since every session that
+// goes idle asks for the tick its next progress frame needs (TickBy).
+constexpr absl::Duration kTickPeriod = absl::Milliseconds(250);
+
 // advertise_address, or the listen address with the bound port (and the host
 // name for a wildcard host).
 std::string AdvertiseAddress(const ServerConfig& config, int port) {
@@ -126,8 +130,16 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
     absl::MutexLock lock(&self->mu_);
     return self->advertise_;
   };
+  // Made before the runtimes, which ask it for ticks; it ticks them only once
+  // all of them have started (runtimes_ no longer changes then).
+  server->ticker_ = std::make_unique<ProgressTicker>(kTickPeriod, [self] {
+    if (!self->runtimes_started_.load(std::memory_order_acquire)) return;
+    for (const auto& runtime : self->runtimes_) runtime->Tick();
+  });
+  ProgressTicker* ticker = server->ticker_.get();
   for (const replication::StreamConfig& stream : cfg.streams) {
     RuntimeOptions options;
+    options.progress_due = [ticker](absl::Time due) { ticker->TickBy(due); };
     options.source.config = stream;
     options.source.instance_id = instance_id;
     options.source.advertise_address = advertise;
@@ -223,20 +235,8 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
   spdlog::info("walfeed-server listening on {} (port {}, {}), {} stream(s)", cfg.listen,
                server->port_, cfg.plaintext ? "plaintext" : "TLS", server->runtimes_.size());
   for (const auto& runtime : server->runtimes_) runtime->Start();
-  WalfeedServer* raw = server.get();
-  server->ticker_ = std::thread([raw] { raw->TickLoop(); });
+  server->runtimes_started_.store(true, std::memory_order_release);
   return server;
-}
-
-void WalfeedServer::TickLoop() {
-  // Progress frames of idle subscriptions are due on their own clock.
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(250))) return;
-    }
-    for (const auto& runtime : runtimes_) runtime->Tick();
-  }
 }
 
 void WalfeedServer::Shutdown() {
@@ -245,7 +245,7 @@ void WalfeedServer::Shutdown() {
     if (stopping_) return;
     stopping_ = true;
   }
-  if (ticker_.joinable()) ticker_.join();
+  if (ticker_) ticker_->Stop();
   health_->Shutdown();
   const absl::Status stopping = reason::WithReason(
       absl::UnavailableError("walfeed-server is shutting down; resubscribe (your checkpoint is kept)"),

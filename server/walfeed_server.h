@@ -11,6 +11,7 @@
 #ifndef WALFEED_SERVER_WALFEED_SERVER_H_
 #define WALFEED_SERVER_WALFEED_SERVER_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,6 +29,7 @@
 #include "server/config.h"
 #include "server/metrics/metrics_endpoint.h"
 #include "server/metrics/rpc_metrics.h"
+#include "server/progress_ticker.h"
 #include "server/stream_runtime.h"
 #include "server/worker_pool.h"
 
@@ -67,7 +69,6 @@ class WalfeedServer {
 
  private:
   explicit WalfeedServer(ServerConfig config);
-  void TickLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   ServerConfig config_;
   std::unique_ptr<HealthBoard> health_;
@@ -83,7 +84,9 @@ class WalfeedServer {
   int port_ = 0;
   // Reads the runtimes: destroyed (in Shutdown) before they are.
   std::unique_ptr<metrics::MetricsEndpoint> metrics_;
-  std::thread ticker_;
+  // Progress frames of idle sessions; ticks the runtimes once they all started.
+  std::unique_ptr<ProgressTicker> ticker_;
+  std::atomic<bool> runtimes_started_{false};
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

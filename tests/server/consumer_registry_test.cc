@@ -32,7 +32,7 @@ class ConsumerRegistryTest : public ::testing::Test {
         "s", "slot_s", buffer_bytes,
         [] { return absl::UnavailableError("stream \"s\" is still connecting: no route"); },
         [] { return replication::Lsn(0x9000); },
-        [this] { return absl::StrCat("session-", ++sessions_); }, nullptr, 0, nullptr};
+        [this] { return absl::StrCat("session-", ++sessions_); }, nullptr, 0, nullptr, nullptr};
   }
   // Tracks and buffers one transaction of `count` events at `commit`.
   void Deliver(ConsumerRegistry& registry, uint64_t commit, uint32_t count) {
@@ -95,6 +95,22 @@ TEST_F(ConsumerRegistryTest, ANewConsumerGetsEverythingBufferedAndAcksMoveItsChe
   ASSERT_THAT(Ack(registry, *a, Id(0x100, 2)), IsOk());
   EXPECT_EQ(registry.Snapshot().consumers[0].checkpoint, Id(0x100, 2));
   EXPECT_EQ(registry.Snapshot().buffered_events, 0u) << "acked by every consumer: trimmed";
+}
+
+TEST_F(ConsumerRegistryTest, AnIdleSessionSaysWhenItsNextProgressFrameIsDue) {
+  std::vector<absl::Time> due;
+  ConsumerRegistry::Options options = Options();
+  options.progress_due = [&](absl::Time at) { due.push_back(at); };
+  ConsumerRegistry registry(options);
+  registry.Load(&tracker_, {}, EventId{});
+  SessionOptions session_options;
+  session_options.limits.progress_interval = absl::Milliseconds(30);
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, session_options);
+  ASSERT_THAT(a.status(), IsOk());
+  Drain(registry, *a->session);  // The started frame at kNow, then nothing to send.
+  ASSERT_THAT(due, ElementsAre(kNow + absl::Milliseconds(30)));
+  EXPECT_THAT(registry.DueForProgress(kNow + absl::Milliseconds(29)), IsEmpty());
+  EXPECT_THAT(registry.DueForProgress(kNow + absl::Milliseconds(30)), SizeIs(1));
 }
 
 TEST_F(ConsumerRegistryTest, AnEventStaysUntilEveryConsumerAckedIt) {

@@ -41,7 +41,7 @@ class RegistrySpillTest : public ::testing::Test {
         [] { return absl::UnavailableError("connecting"); },
         [] { return replication::Lsn(0x9000); },
         [this] { return absl::StrCat("session-", ++sessions_); },
-        spill_.get(), retention, [this] { ++disk_wanted_; }};
+        spill_.get(), retention, [this] { ++disk_wanted_; }, nullptr};
     auto registry = std::make_unique<ConsumerRegistry>(std::move(options));
     registry->Load(&tracker_, {}, EventId{});
     return registry;

@@ -704,6 +704,24 @@ TEST_F(ServerE2eTest, IdleSubscriptionGetsProgressFrames) {
   EXPECT_EQ(sub->event_count(), 1u);
 }
 
+TEST_F(ServerE2eTest, AShortProgressIntervalIsKeptNotRoundedUpToATick) {
+  StartServer(Yaml());
+  SubscribeRequest request = Request("fast-progress");
+  request.set_progress_interval_ms(20);
+  std::unique_ptr<Subscription> sub = Subscribe(request);
+  ASSERT_TRUE(sub->WaitForProgressCount(1));
+  // 25 more frames take 0.5 s at 20 ms; a server that only looked at idle
+  // sessions every 250 ms would need over 6 s.
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(sub->WaitForProgressCount(26, absl::Seconds(4)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  // The same after events: the frame after them comes 20 ms later, not on a tick.
+  ASSERT_THAT(pg_->Exec("INSERT INTO orders VALUES (1, 'a', 1, NULL)"), IsOk());
+  ASSERT_TRUE(sub->WaitForEvents(1));
+  const size_t before = sub->progress_count();
+  ASSERT_TRUE(sub->WaitForProgressCount(before + 25, absl::Seconds(4)));
+}
+
 // ---------------------------------------------------------------------------
 // 8. Authorization.
 
