@@ -451,4 +451,14 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace walfeed::cli
 
-int main(int argc, char** argv) { return walfeed::cli::Main(argc, argv); }
+int main(int argc, char** argv) {
+  const int code = walfeed::cli::Main(argc, argv);
+  // gRPC's own threads (a subchannel still reconnecting, a TLS handshake in
+  // flight) outlive main, and static destructors running under them crashed an
+  // exit now and then (SIGSEGV right after a failed TLS handshake was reported).
+  // Nothing is left to clean up but the output: flush it and leave without them.
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
