@@ -266,6 +266,8 @@ int Run(const Flags& flags) {
   std::string stop_reason;
   Clock::time_point t_first{};
   Clock::time_point t_last_event{};
+  Clock::time_point t_first_progress_after{};
+  uint64_t progress_after_last = 0;
   Clock::time_point next_ack = Clock::now() + std::chrono::milliseconds(flags.ack_interval_ms);
   while (stop_reason.empty()) {
     if (!reader->Read(&frame)) {
@@ -289,6 +291,8 @@ int Run(const Flags& flags) {
         bytes += event.ByteSizeLong();
         ++since_ack;
         t_last_event = Clock::now();
+        t_first_progress_after = Clock::time_point{};
+        progress_after_last = 0;
       }
       const int n = frame.events().events_size();
       if (stop_reason.empty() && n > 0) last_id = frame.events().events(n - 1).id();
@@ -300,6 +304,12 @@ int Run(const Flags& flags) {
       }
     } else if (frame.has_progress()) {
       ++progress_frames;
+      // How the stop rule was met: the first progress frame after the last
+      // event, and how many came before one carried the end position.
+      if (t_last_event != Clock::time_point{} && t_first_progress_after == Clock::time_point{}) {
+        t_first_progress_after = Clock::now();
+      }
+      if (t_last_event != Clock::time_point{}) ++progress_after_last;
       const v1::Progress& progress = frame.progress();
       if (!progress.server_wal_lsn().empty() && ParseLsn(progress.server_wal_lsn()) >= end &&
           progress.unacked_events() < flags.window) {
@@ -335,7 +345,8 @@ int Run(const Flags& flags) {
       "\"deletes\": %llu, \"other_events\": %llu, \"batches\": %llu, \"progress_frames\": %llu, "
       "\"acks\": %d, \"ack_failures\": %d, \"stop_reason\": \"%s\", \"last_id\": \"%s\", "
       "\"subscribe_attempts\": %d, \"subscribe_s\": %.4f, \"first_event_after_s\": %.4f, "
-      "\"last_event_after_s\": %.4f, \"internal_s\": %.4f}\n",
+      "\"last_event_after_s\": %.4f, \"first_progress_after_last_event_s\": %.4f, "
+      "\"progress_after_last_event\": %llu, \"internal_s\": %.4f}\n",
       static_cast<unsigned long long>(events), static_cast<unsigned long long>(bytes),
       static_cast<unsigned long long>(inserts), static_cast<unsigned long long>(updates),
       static_cast<unsigned long long>(deletes), static_cast<unsigned long long>(other),
@@ -344,7 +355,10 @@ int Run(const Flags& flags) {
       Seconds(t_subscribed - t_start),
       Seconds((t_first == Clock::time_point{} ? t_end : t_first) - t_start),
       Seconds((t_last_event == Clock::time_point{} ? t_end : t_last_event) - t_start),
-      Seconds(t_end - t_start));
+      t_first_progress_after == Clock::time_point{} || t_last_event == Clock::time_point{}
+          ? -1.0
+          : Seconds(t_first_progress_after - t_last_event),
+      static_cast<unsigned long long>(progress_after_last), Seconds(t_end - t_start));
   std::fflush(stdout);
   const bool ok = stop_reason == "past_end" || stop_reason == "progress";
   return ok && acker.failed() == 0 ? 0 : 1;

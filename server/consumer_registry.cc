@@ -296,13 +296,18 @@ bool ConsumerRegistry::NextFrame(const Session& session, absl::Time now, std::st
   return false;
 }
 
-SessionList ConsumerRegistry::DueForProgress(absl::Time now) {
+SessionList ConsumerRegistry::DueForProgress(absl::Time now, std::optional<absl::Time>* next) {
   absl::MutexLock lock(&mu_);
   SessionList due;
+  if (next != nullptr) next->reset();
   for (auto& [key, entry] : sessions_) {
-    if (entry.waiting && !entry.end && entry.framer.ProgressDue(now)) {
+    if (!entry.waiting || entry.end) continue;
+    if (entry.framer.ProgressDue(now)) {
       entry.waiting = false;
       due.push_back(entry.session);
+    } else if (next != nullptr) {
+      const absl::Time at = entry.framer.progress_due_at();
+      if (!next->has_value() || at < **next) *next = at;
     }
   }
   return due;

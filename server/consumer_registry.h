@@ -177,7 +177,11 @@ class ConsumerRegistry {
                  std::optional<absl::Status>* end, bool* wake_reader = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Waiting sessions whose progress frame is due.
-  SessionList DueForProgress(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // `next`, if given: when the earliest idle session not yet due will be (unset
+  // if none), so the caller can come back then: a tick taken for one session must
+  // not lose another's later due time.
+  SessionList DueForProgress(absl::Time now, std::optional<absl::Time>* next = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Ack, step 1: NOT_FOUND unknown consumer, ABORTED not from its active
   // session, OUT_OF_RANGE never delivered to that session. An id at or below the

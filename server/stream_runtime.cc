@@ -315,7 +315,11 @@ absl::StatusOr<StreamRuntime::ResetOutcome> StreamRuntime::ResetConsumer(
   return ResetOutcome{ticket->previous, target};
 }
 
-void StreamRuntime::Tick() { WakeAll(registry_.DueForProgress(absl::Now())); }
+void StreamRuntime::Tick() {
+  std::optional<absl::Time> next;
+  WakeAll(registry_.DueForProgress(absl::Now(), &next));
+  if (next && options_.progress_due) options_.progress_due(*next);
+}
 
 bool StreamRuntime::HasRoom() {
   std::optional<HoldChange> change;

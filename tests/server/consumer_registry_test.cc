@@ -109,8 +109,12 @@ TEST_F(ConsumerRegistryTest, AnIdleSessionSaysWhenItsNextProgressFrameIsDue) {
   ASSERT_THAT(a.status(), IsOk());
   Drain(registry, *a->session);  // The started frame at kNow, then nothing to send.
   ASSERT_THAT(due, ElementsAre(kNow + absl::Milliseconds(30)));
-  EXPECT_THAT(registry.DueForProgress(kNow + absl::Milliseconds(29)), IsEmpty());
-  EXPECT_THAT(registry.DueForProgress(kNow + absl::Milliseconds(30)), SizeIs(1));
+  std::optional<absl::Time> next;
+  EXPECT_THAT(registry.DueForProgress(kNow + absl::Milliseconds(29), &next), IsEmpty());
+  EXPECT_EQ(next, kNow + absl::Milliseconds(30))
+      << "a tick before the session is due says when to come back";
+  EXPECT_THAT(registry.DueForProgress(kNow + absl::Milliseconds(30), &next), SizeIs(1));
+  EXPECT_EQ(next, std::nullopt) << "no idle session left";
 }
 
 TEST_F(ConsumerRegistryTest, AnEventStaysUntilEveryConsumerAckedIt) {
