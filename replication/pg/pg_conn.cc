@@ -140,37 +140,34 @@ absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kin
   keys.push_back(nullptr);
   values.push_back(nullptr);
   // One blocking connect, with libpq's own handling of several hosts and
-  // addresses (connect_timeout per address, then the next one).
-  PgConnPtr first(PQconnectdbParams(keys.data(), values.data(), /*expand_dbname=*/1));
-  if (first != nullptr && PQstatus(first.get()) == CONNECTION_OK) {
-    // libpq prints server notices (e.g. "forwarding to X" when a start position
-    // is below the slot's) on stderr; route them through the log instead.
-    PQsetNoticeProcessor(first.get(), &LogNotice, nullptr);
-    return first;
-  }
-  // Failed: verbose errors carry the SQLSTATE of a refusal (see
-  // StatusFromConnection), and the verbosity must be set before the startup's
-  // errors are formatted, so connect once more that way: a connection object
-  // that has only begun, the verbosity, then PQreset (which keeps it). Not after
-  // a connect timeout, which has no SQLSTATE and would only take as long again
-  // (libpq's own message; with a translated libpq the second try still answers
-  // right, only later). A success costs one connection.
-  if (first == nullptr ||
-      absl::StrContains(PQerrorMessage(first.get()), "timeout expired")) {
-    return StatusFromConnection(first.get(), "connecting to PostgreSQL");
-  }
-  first.reset();
-  PgConnPtr conn(PQconnectStartParams(keys.data(), values.data(), /*expand_dbname=*/1));
+  // addresses (connect_timeout per address, then the next one). A success costs
+  // one connection.
+  PgConnPtr conn(PQconnectdbParams(keys.data(), values.data(), /*expand_dbname=*/1));
   if (conn == nullptr) return absl::UnavailableError("connecting to PostgreSQL: out of memory");
-  if (PQstatus(conn.get()) == CONNECTION_BAD) {
-    return StatusFromConnection(conn.get(), "connecting to PostgreSQL");
-  }
-  PQsetErrorVerbosity(conn.get(), PQERRORS_VERBOSE);
-  PQreset(conn.get());
   if (PQstatus(conn.get()) != CONNECTION_OK) {
-    return StatusFromConnection(conn.get(), "connecting to PostgreSQL");
+    // Verbose errors carry the SQLSTATE of a refusal (see StatusFromConnection),
+    // and the verbosity must be set before the startup's errors are formatted,
+    // so connect once more that way: a connection object that has only begun,
+    // the verbosity, then PQreset (which keeps it). Not after a connect timeout,
+    // which has no SQLSTATE and would only take as long again (libpq's own
+    // message; with a translated libpq the second try still answers right, only
+    // later).
+    if (absl::StrContains(PQerrorMessage(conn.get()), "timeout expired")) {
+      return StatusFromConnection(conn.get(), "connecting to PostgreSQL");
+    }
+    conn.reset(PQconnectStartParams(keys.data(), values.data(), /*expand_dbname=*/1));
+    if (conn == nullptr) return absl::UnavailableError("connecting to PostgreSQL: out of memory");
+    if (PQstatus(conn.get()) != CONNECTION_BAD) {
+      PQsetErrorVerbosity(conn.get(), PQERRORS_VERBOSE);
+      PQreset(conn.get());
+    }
+    if (PQstatus(conn.get()) != CONNECTION_OK) {
+      return StatusFromConnection(conn.get(), "connecting to PostgreSQL");
+    }
   }
-  PQsetNoticeProcessor(conn.get(), &LogNotice, nullptr);  // As above.
+  // libpq prints server notices (e.g. "forwarding to X" when a start position is
+  // below the slot's) on stderr; route them through the log instead.
+  PQsetNoticeProcessor(conn.get(), &LogNotice, nullptr);
   return conn;
 }
 
