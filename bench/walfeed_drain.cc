@@ -29,13 +29,9 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
+#include "bench_client.h"
 #include "walfeed/event_id.h"
 #include "walfeed/v1/change_stream.grpc.pb.h"
 #include "walfeed/v1/change_stream.pb.h"
@@ -58,155 +54,49 @@ struct Flags {
   int timeout_s = 600;
 };
 
-[[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr,
-               "walfeed_drain: %s\nusage: walfeed_drain --end-lsn X/Y [--server HOST:PORT] "
-               "[--stream NAME] [--consumer NAME] [--batch N] [--window N] [--ack-every N] "
-               "[--ack-interval-ms MS] [--timeout-s S]\n",
-               why.c_str());
-  std::exit(2);
-}
-
-template <typename T>
-T ParseNumber(const std::string& flag, const std::string& text) {
-  T value{};
-  if (!absl::SimpleAtoi(text, &value) || value <= 0) Usage(flag + ": not a positive number");
-  return value;
-}
-
 Flags ParseFlags(int argc, char** argv) {
+  walfeed::bench::FlagArgs args(
+      argc, argv, "walfeed_drain",
+      "--end-lsn X/Y [--server HOST:PORT] [--stream NAME] [--consumer NAME] [--batch N] "
+      "[--window N] [--ack-every N] [--ack-interval-ms MS] [--timeout-s S]");
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) Usage(flag + " needs a value");
-    const std::string value = argv[++i];
-    if (flag == "--server") {
-      flags.server = value;
-    } else if (flag == "--stream") {
-      flags.stream = value;
-    } else if (flag == "--consumer") {
-      flags.consumer = value;
-    } else if (flag == "--end-lsn") {
-      flags.end_lsn = value;
-    } else if (flag == "--batch") {
-      flags.batch = ParseNumber<uint32_t>(flag, value);
-    } else if (flag == "--window") {
-      flags.window = ParseNumber<uint32_t>(flag, value);
-    } else if (flag == "--ack-every") {
-      flags.ack_every = ParseNumber<uint32_t>(flag, value);
-    } else if (flag == "--ack-interval-ms") {
-      flags.ack_interval_ms = ParseNumber<int>(flag, value);
-    } else if (flag == "--timeout-s") {
-      flags.timeout_s = ParseNumber<int>(flag, value);
+  while (args.Next()) {
+    if (args.Is("--server")) {
+      flags.server = args.text();
+    } else if (args.Is("--stream")) {
+      flags.stream = args.text();
+    } else if (args.Is("--consumer")) {
+      flags.consumer = args.text();
+    } else if (args.Is("--end-lsn")) {
+      flags.end_lsn = args.text();
+    } else if (args.Is("--batch")) {
+      flags.batch = args.Positive<uint32_t>();
+    } else if (args.Is("--window")) {
+      flags.window = args.Positive<uint32_t>();
+    } else if (args.Is("--ack-every")) {
+      flags.ack_every = args.Positive<uint32_t>();
+    } else if (args.Is("--ack-interval-ms")) {
+      flags.ack_interval_ms = args.Positive<int>();
+    } else if (args.Is("--timeout-s")) {
+      flags.timeout_s = args.Positive<int>();
     } else {
-      Usage("unknown flag " + flag);
+      args.Fail("unknown flag " + args.flag());
     }
   }
-  if (flags.end_lsn.empty()) Usage("--end-lsn is required");
+  if (flags.end_lsn.empty()) args.Fail("--end-lsn is required");
   return flags;
 }
 
 // "X/Y" -> 64-bit LSN, using EventId's parser (one accepted form everywhere).
 uint64_t ParseLsn(const std::string& text) {
   absl::StatusOr<walfeed::EventId> id = walfeed::EventId::Parse(text + ":0");
-  if (!id.ok()) Usage("bad LSN \"" + text + "\": " + std::string(id.status().message()));
+  if (!id.ok()) {
+    std::fprintf(stderr, "walfeed_drain: bad LSN \"%s\": %s\n", text.c_str(),
+                 std::string(id.status().message()).c_str());
+    std::exit(2);
+  }
   return id->commit_lsn();
 }
-
-// Sends cumulative acks from its own thread: Post() only records the newest id,
-// so a slow ack never holds up reading and acks coalesce.
-class Acker {
- public:
-  Acker(v1::ChangeStream::Stub* stub, std::string stream, std::string consumer,
-        std::string session_id)
-      : stub_(stub),
-        stream_(std::move(stream)),
-        consumer_(std::move(consumer)),
-        session_id_(std::move(session_id)),
-        thread_([this] { Loop(); }) {}
-
-  ~Acker() { Finish(); }
-  Acker(const Acker&) = delete;
-  Acker& operator=(const Acker&) = delete;
-
-  void Post(const std::string& id) {
-    absl::MutexLock lock(&mu_);
-    pending_ = id;
-  }
-
-  // Sends what is pending, then stops the thread.
-  void Finish() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (done_) return;
-      done_ = true;
-    }
-    thread_.join();
-  }
-
-  int sent() const {
-    absl::MutexLock lock(&mu_);
-    return sent_;
-  }
-  int failed() const {
-    absl::MutexLock lock(&mu_);
-    return failed_;
-  }
-
- private:
-  void Loop() {
-    for (;;) {
-      std::string id;
-      bool last = false;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &Acker::ReadyLocked));
-        id.swap(pending_);
-        last = done_;
-      }
-      if (!id.empty()) Send(id);
-      if (last) {
-        absl::MutexLock lock(&mu_);
-        if (pending_.empty()) return;
-      }
-    }
-  }
-
-  bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return done_ || !pending_.empty();
-  }
-
-  void Send(const std::string& id) {
-    v1::AckRequest request;
-    request.set_stream(stream_);
-    request.set_consumer(consumer_);
-    request.set_session_id(session_id_);
-    request.set_event_id(id);
-    v1::AckResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    const grpc::Status status = stub_->Ack(&context, request, &response);
-    absl::MutexLock lock(&mu_);
-    if (status.ok()) {
-      ++sent_;
-    } else {
-      ++failed_;
-      std::fprintf(stderr, "walfeed_drain: ack %s failed: %d %s\n", id.c_str(),
-                   static_cast<int>(status.error_code()), status.error_message().c_str());
-    }
-  }
-
-  v1::ChangeStream::Stub* const stub_;
-  const std::string stream_;
-  const std::string consumer_;
-  const std::string session_id_;
-  mutable absl::Mutex mu_;
-  std::string pending_ ABSL_GUARDED_BY(mu_);
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  int sent_ ABSL_GUARDED_BY(mu_) = 0;
-  int failed_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread thread_;  // Last: starts after the members it uses.
-};
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -215,15 +105,7 @@ int Run(const Flags& flags) {
   const Clock::time_point t_start = Clock::now();
   const Clock::time_point give_up = t_start + std::chrono::seconds(flags.timeout_s);
 
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  // The server is started just before this client: retry the connection every
-  // 10-50 ms instead of gRPC's default 1 s initial backoff.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 10);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 50);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(flags.server, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel = walfeed::bench::MakeChannel(flags.server);
   std::unique_ptr<v1::ChangeStream::Stub> stub = v1::ChangeStream::NewStub(channel);
 
   v1::SubscribeRequest request;
@@ -235,29 +117,14 @@ int Run(const Flags& flags) {
   request.set_max_unacked_bytes(flags.window_bytes);
   request.set_progress_interval_ms(10);
 
-  // The server may still be starting or connecting to PostgreSQL: retry
-  // UNAVAILABLE until the first frame arrives.
   std::unique_ptr<grpc::ClientContext> context;
   std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader;
   v1::SubscribeResponse frame;
-  int subscribe_attempts = 0;
-  for (;;) {
-    ++subscribe_attempts;
-    context = std::make_unique<grpc::ClientContext>();
-    context->set_wait_for_ready(true);
-    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(flags.timeout_s));
-    reader = stub->Subscribe(context.get(), request);
-    if (reader->Read(&frame) && frame.has_started()) break;
-    const grpc::Status status = reader->Finish();
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || Clock::now() >= give_up) {
-      std::fprintf(stderr, "walfeed_drain: Subscribe failed: %d %s\n",
-                   static_cast<int>(status.error_code()), status.error_message().c_str());
-      return 1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const int subscribe_attempts = walfeed::bench::SubscribeWithRetry(
+      stub.get(), request, give_up, "walfeed_drain", &context, &reader, &frame);
+  if (subscribe_attempts == 0) return 1;
   const Clock::time_point t_subscribed = Clock::now();
-  Acker acker(stub.get(), flags.stream, flags.consumer, frame.started().session_id());
+  walfeed::bench::Acker acker(stub.get(), flags.stream, flags.consumer, frame.started().session_id());
 
   uint64_t inserts = 0, updates = 0, deletes = 0, other = 0, bytes = 0, batches = 0;
   uint64_t progress_frames = 0;

@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""walfeed's own benchmark modes: live latency, fan-out, memory; and `all`,
+which also runs the catch-up comparison with the peer harness and prints one
+summary table ending in `ratio_min=<x>`.
+
+Each mode starts a throwaway PostgreSQL 15 (initdb on a free loopback port,
+fsync off, synchronous_commit on) and walfeed-server processes of the build,
+and prints one JSON line per measurement. Nothing here is a test: the figures
+go to docs/performance.md.
+
+  bench/walfeed_bench.py live    [--quick]   commit -> client latency at fixed rates
+  bench/walfeed_bench.py fanout  [--quick]   1..256 subscribers on one stream
+  bench/walfeed_bench.py memory  [--quick]   peak RSS through one huge transaction
+  bench/walfeed_bench.py all     [--quick] [--harness DIR]
+
+See bench/README.md for what each mode does and how to read it.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.environ.get('WALFEED_BUILD', os.path.join(HERE, '..', 'build'))
+PGBIN = os.environ.get('PGBIN', '/usr/lib/postgresql/15/bin')
+SERVER = os.path.join(BUILD, 'server', 'walfeed-server')
+CLI = os.path.join(BUILD, 'client', 'walfeed')
+LIVE = os.path.join(BUILD, 'bench', 'walfeed_live')
+FANOUT = os.path.join(BUILD, 'bench', 'walfeed_fanout')
+DRAIN = os.path.join(BUILD, 'bench', 'walfeed_drain')
+HZ = os.sysconf('SC_CLK_TCK')
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, condition, timeout_s, every_s=0.05):
+    """Polls `condition` until it returns a true value; raises after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise RuntimeError('timed out after %ds waiting for %s' % (timeout_s, what))
+        time.sleep(every_s)
+
+
+def proc_cpu_s(pid):
+    """User + system CPU seconds of a live process."""
+    with open('/proc/%d/stat' % pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def proc_peak_rss_kb(pid):
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith('VmHWM:'):
+                return int(line.split()[1])
+    return None
+
+
+class Cluster:
+    """A throwaway PostgreSQL 15 cluster on a free loopback port."""
+
+    def __init__(self, tmp):
+        self.dir = os.path.join(tmp, 'pg')
+        self.port = free_port()
+        self.conninfo = 'host=127.0.0.1 port=%d user=postgres dbname=postgres' % self.port
+        self.as_pg = ['runuser', '-u', 'postgres', '--'] if os.getuid() == 0 else []
+        if os.getuid() == 0:
+            shutil.chown(tmp, 'postgres')
+        subprocess.run(self.as_pg + [os.path.join(PGBIN, 'initdb'), '-D', self.dir, '-U', 'postgres',
+                                     '--auth=trust'], check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(self.dir, 'postgresql.conf'), 'a') as f:
+            f.write("port = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\n"
+                    "wal_level = logical\nmax_wal_size = '8GB'\nshared_buffers = '1GB'\n"
+                    "max_connections = 200\nmax_wal_senders = 20\nmax_replication_slots = 40\n"
+                    # No disk in the figures: commits wait for the WAL write and wake the
+                    # walsenders (synchronous_commit on), but nothing is fsynced.
+                    "fsync = off\nsynchronous_commit = on\nautovacuum = off\n" % (self.port, tmp))
+        subprocess.run(self.as_pg + [os.path.join(PGBIN, 'pg_ctl'), '-D', self.dir, '-l',
+                                     os.path.join(tmp, 'pg.log'), '-w', 'start'],
+                       check=True, stdout=subprocess.DEVNULL)
+
+    def sql(self, query):
+        out = subprocess.run(['psql', '-X', '-q', '-At', '-v', 'ON_ERROR_STOP=1', self.conninfo,
+                              '-c', query], check=True, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    def stop(self):
+        subprocess.run(self.as_pg + [os.path.join(PGBIN, 'pg_ctl'), '-D', self.dir, '-m', 'immediate',
+                                     'stop'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+class Server:
+    """walfeed-server with one stream on an existing slot and publication."""
+
+    def __init__(self, tmp, cluster, stream, slot, publication, schema, extra_defaults=None,
+                 state_dir=None):
+        self.port = free_port()
+        self.address = '127.0.0.1:%d' % self.port
+        self.stream = stream
+        self.cluster = cluster
+        self.schema = schema
+        defaults = {'buffer_bytes': 67108864}
+        defaults.update(extra_defaults or {})
+        config = os.path.join(tmp, 'walfeed-%s.yaml' % schema)
+        with open(config, 'w') as f:
+            f.write('listen: "%s"\nplaintext: true\ncheckpoint:\n  schema: %s\n' % (self.address, schema))
+            if state_dir:
+                f.write('state_dir: %s\n' % state_dir)
+            f.write('defaults:\n')
+            for k, v in defaults.items():
+                f.write('  %s: %s\n' % (k, v))
+            f.write('streams:\n  - name: %s\n    conninfo: "%s"\n    slot: %s\n    publications: [%s]\n'
+                    '    create_missing: false\n' % (stream, cluster.conninfo, slot, publication))
+        self.log_path = os.path.join(tmp, 'server-%s.log' % schema)
+        self.log = open(self.log_path, 'w')
+        # WALFEED_SERVER_WRAPPER (e.g. "heaptrack -o /tmp/ht") runs the server under
+        # a profiler; the CPU and RSS figures are then the wrapper's process.
+        wrapper = os.environ.get('WALFEED_SERVER_WRAPPER', '').split()
+        self.proc = subprocess.Popen(wrapper + [SERVER, '--config', config], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+
+    def status(self):
+        out = subprocess.run([CLI, 'status', '--server', self.address, '--stream', self.stream,
+                              '--format', 'json', '--timeout', '5'], capture_output=True, text=True)
+        if out.returncode != 0:
+            return None
+        streams = json.loads(out.stdout).get('streams', [])
+        return streams[0] if streams else None
+
+    def wait_streaming(self, timeout_s=30):
+        def streaming():
+            if self.proc.poll() is not None:
+                raise RuntimeError('walfeed-server exited; see %s' % self.log_path)
+            s = self.status()
+            return s if s and s.get('state') == 'STREAM_STATE_STREAMING' else None
+        return wait_for('stream %s to stream' % self.stream, streaming, timeout_s)
+
+    def walsender_pid(self, slot):
+        pid = self.cluster.sql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = '%s'" % slot)
+        return int(pid) if pid else None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self.log.close()
+        self.cluster.sql('DROP SCHEMA IF EXISTS %s CASCADE' % self.schema)
+
+
+def lsn_bytes(text):
+    hi, lo = text.split('/')
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def copy_slot(cluster, template, name):
+    cluster.sql("SELECT pg_copy_logical_replication_slot('%s', '%s', false, 'pgoutput')" % (template, name))
+
+
+def run_json(cmd, timeout_s):
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    lines = [l for l in out.stdout.splitlines() if l.startswith('{')]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError('%s failed (%d): %s' % (os.path.basename(cmd[0]), out.returncode, out.stderr[-2000:]))
+    return json.loads(lines[-1])
+
+
+# ---------------------------------------------------------------- live latency
+
+def live_mode(tmp, cluster, quick):
+    """Writers at a fixed transaction rate (pgbench -R, several connections,
+    synchronous_commit on), one walfeed_live client: commit -> receive latency."""
+    cluster.sql('CREATE TABLE live_t (id bigserial PRIMARY KEY, writer int, note text)')
+    cluster.sql('CREATE PUBLICATION live_pub FOR TABLE live_t')
+    script = os.path.join(tmp, 'live.sql')
+    with open(script, 'w') as f:
+        f.write("INSERT INTO live_t (writer, note) VALUES (:client_id, 'live row');\n")
+    duration = 5 if quick else 15
+    warmup = 2
+    cases = [(1000, '1ms'), (10000, '1ms')]
+    # The read window's trade-off (defaults.read_coalesce): latency at both rates.
+    cases += [(1000, '0ms'), (10000, '0ms'), (10000, '5ms')] if not quick else [(10000, '0ms')]
+    results = []
+    for rate, coalesce in cases:
+        slot = 'live_%d_%s' % (rate, coalesce)
+        cluster.sql("SELECT pg_create_logical_replication_slot('%s', 'pgoutput')" % slot)
+        server = Server(tmp, cluster, 'live', slot, 'live_pub', 'wf_' + slot,
+                        extra_defaults={'read_coalesce': coalesce})
+        try:
+            server.wait_streaming()
+            client = subprocess.Popen([LIVE, '--server', server.address, '--stream', 'live', '--consumer',
+                                       'lat', '--duration-s', str(duration), '--warmup-s', str(warmup)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            first = client.stdout.readline()
+            if '"subscribed"' not in first:
+                raise RuntimeError('walfeed_live did not subscribe: %s %s' % (first, client.stderr.read()))
+            clients = 4 if rate <= 1000 else 16
+            env = dict(os.environ, PGOPTIONS='-c synchronous_commit=on')
+            cpu0 = proc_cpu_s(server.proc.pid)
+            bench = subprocess.run([os.path.join(PGBIN, 'pgbench'), '-n', '-h', '127.0.0.1', '-p',
+                                    str(cluster.port), '-U', 'postgres', '-c', str(clients), '-j', '2',
+                                    '-R', str(rate), '-T', str(warmup + duration + 2), '-f', script,
+                                    'postgres'], capture_output=True, text=True, env=env)
+            cpu1 = proc_cpu_s(server.proc.pid)
+            out, err = client.communicate(timeout=60)
+            lines = [l for l in out.splitlines() if l.startswith('{')]
+            if client.returncode != 0 or not lines:
+                raise RuntimeError('walfeed_live failed: %s' % err[-2000:])
+            r = json.loads(lines[-1])
+            tps = [l for l in bench.stdout.splitlines() if l.startswith('tps =')]
+            r.update(mode='live', target_tx_per_s=rate, writers=clients, read_coalesce=coalesce,
+                     pgbench_tps=float(tps[0].split()[2]) if tps else None,
+                     server_cpu_pct=round(100.0 * (cpu1 - cpu0) / (warmup + duration + 2), 1))
+            results.append(r)
+            print(json.dumps(r), flush=True)
+        finally:
+            server.stop()
+            cluster.sql("SELECT pg_drop_replication_slot('%s')" % slot)
+    return results
+
+
+# ---------------------------------------------------------------------- fan-out
+
+def fanout_mode(tmp, cluster, quick):
+    """A backlog in the slot; 1, 8, 64 and 256 subscribers that each receive all
+    of it. Two starts: `slot` (subscribers start as soon as the stream is live,
+    so the one slot read feeds all of them: the single subscriber is bound by
+    that read) and `memory` (the backlog is read into the server's memory first:
+    the server's delivery capacity alone)."""
+    events = 100000 if quick else 200000
+    levels = [1, 8, 64] if quick else [1, 8, 64, 256]
+    cluster.sql('CREATE TABLE fan_t (id bigint PRIMARY KEY, payload text)')
+    cluster.sql('CREATE PUBLICATION fan_pub FOR TABLE fan_t')
+    cluster.sql("SELECT pg_create_logical_replication_slot('fan_tpl', 'pgoutput')")
+    # Single-row transactions (as the harness's W1): the slot read is the slow
+    # part, so one read feeding many subscribers shows.
+    t0 = time.monotonic()
+    cluster.sql("DO $$ BEGIN FOR g IN 1..%d LOOP INSERT INTO fan_t VALUES (g, repeat('x', 100)); "
+                "COMMIT; END LOOP; END $$" % events)
+    log('fanout: %d single-row transactions in %.1f s' % (events, time.monotonic() - t0))
+    end = lsn_bytes(cluster.sql('SELECT pg_current_wal_lsn()'))
+    results = []
+    for start in ('slot', 'memory'):
+        for n in levels:
+            slot = 'fan_%s_%d' % (start, n)
+            copy_slot(cluster, 'fan_tpl', slot)
+            # The `memory` start holds the whole backlog (about 350 bytes an event).
+            server = Server(tmp, cluster, 'fan', slot, 'fan_pub', 'wf_' + slot,
+                            extra_defaults={'buffer_bytes': 256 << 20})
+            try:
+                server.wait_streaming()
+                if start == 'memory':
+                    wait_for('the backlog to be buffered', lambda: (
+                        lambda s: s and int(s.get('bufferedEvents', 0)) >= events and
+                        lsn_bytes(s.get('serverWalLsn', '0/0')) >= end)(server.status()), 120, 0.2)
+                walsender = server.walsender_pid(slot)
+                cpu0 = proc_cpu_s(server.proc.pid)
+                r = run_json([FANOUT, '--server', server.address, '--stream', 'fan', '--subscribers',
+                              str(n), '--events', str(events)], 600)
+                cpu1 = proc_cpu_s(server.proc.pid)
+                r.update(mode='fanout', start=start, server_cpu_s=round(cpu1 - cpu0, 2),
+                         server_cpu_us_per_delivered_event=round(
+                             (cpu1 - cpu0) * 1e6 / max(1, r['delivered_events']), 3),
+                         walsender_cpu_s=proc_cpu_s(walsender) if walsender else None,
+                         server_peak_rss_mb=round(proc_peak_rss_kb(server.proc.pid) / 1024, 1))
+                results.append(r)
+                print(json.dumps(r), flush=True)
+            finally:
+                server.stop()
+                cluster.sql("SELECT pg_drop_replication_slot('%s')" % slot)
+        single = [r for r in results if r['start'] == start][0]['aggregate_events_per_s']
+        for r in results:
+            if r['start'] == start:
+                r['aggregate_over_single'] = round(r['aggregate_events_per_s'] / single, 2) if single else None
+    return results
+
+
+# ----------------------------------------------------------------------- memory
+
+def memory_mode(tmp, cluster, quick):
+    """One transaction of 10,000,000 rows (--quick: 1,000,000): walfeed-server's
+    peak RSS while it streams it to a client that keeps up and acks; then the
+    same with a second consumer that stopped acking (took 10,000 events, acked
+    them, went away), for which every later event stays retained:
+    in memory up to buffer_bytes, spilled to state_dir beyond."""
+    rows = 1000000 if quick else 10000000
+    cluster.sql('CREATE TABLE mem_t (id bigint, payload text)')
+    cluster.sql('CREATE PUBLICATION mem_pub FOR TABLE mem_t')
+    cluster.sql("SELECT pg_create_logical_replication_slot('mem_tpl', 'pgoutput')")
+    t0 = time.monotonic()
+    cluster.sql("INSERT INTO mem_t SELECT g, 'row number ' || g FROM generate_series(1, %d) g" % rows)
+    log('memory: %d rows inserted in %.1f s' % (rows, time.monotonic() - t0))
+    end_lsn = cluster.sql('SELECT pg_current_wal_insert_lsn()')
+    results = []
+    for client in ('keeps_up', 'stopped_acking'):
+        slot = 'mem_' + client
+        copy_slot(cluster, 'mem_tpl', slot)
+        state = os.path.join(tmp, 'state-' + client)
+        server = Server(tmp, cluster, 'mem', slot, 'mem_pub', 'wf_' + slot, state_dir=state,
+                        extra_defaults={'retention_bytes': 16 << 30})
+        try:
+            server.wait_streaming()
+            t0 = time.monotonic()
+            if client == 'stopped_acking':
+                # A consumer takes 10,000 events, acks them and goes away: from
+                # now on every event is retained for it. (One that never acked
+                # and left holds nothing: the server keeps no state for it.)
+                run_json([FANOUT, '--server', server.address, '--stream', 'mem', '--consumer-prefix',
+                          'stopped', '--subscribers', '1', '--events', '10000', '--ack-every', '5000',
+                          '--timeout-s', '600'], 700)
+            r = run_json([DRAIN, '--server', server.address, '--stream', 'mem', '--consumer', 'mem',
+                          '--end-lsn', end_lsn, '--timeout-s', '1800'], 1900)
+            events = r['events']
+            seconds = time.monotonic() - t0
+            s = server.status() or {}
+            results.append(dict(mode='memory', client=client, rows=rows, events=events,
+                                seconds=round(seconds, 1), events_per_s=round(events / seconds),
+                                server_peak_rss_mb=round(proc_peak_rss_kb(server.proc.pid) / 1024, 1),
+                                buffered_bytes_at_end=int(s.get('bufferedBytes', 0)),
+                                spilled_bytes_at_end=int(s.get('spilledBytes', 0)),
+                                server_cpu_s=round(proc_cpu_s(server.proc.pid), 1)))
+            print(json.dumps(results[-1]), flush=True)
+        finally:
+            server.stop()
+            shutil.rmtree(state, ignore_errors=True)
+            cluster.sql("SELECT pg_drop_replication_slot('%s')" % slot)
+    return results
+
+
+# ---------------------------------------------------------------- catch-up (harness)
+
+DIRECT_PEERS = ['recvlogical-pgoutput', 'py-pgoutput', 'py-pgoutput-batched', 'node-pgoutput']
+
+
+def catchup_mode(harness, quick):
+    """The peer harness's catch-up run, walfeed as a custom peer; returns
+    per-workload medians and walfeed's ratio to the fastest direct peer."""
+    peers = ['recvlogical-pgoutput', 'py-pgoutput', 'py-pgoutput-batched', 'sql-pgoutput', 'walfeed']
+    if os.path.isdir(os.path.join(harness, 'peers', 'node', 'node_modules')):
+        peers.insert(3, 'node-pgoutput')
+    cmd = [os.path.join(harness, 'run.py'), '--reps', '1' if quick else '3', '--peers', ','.join(peers),
+           '--custom-peer', 'walfeed=%s' % os.path.join(HERE, 'drain_walfeed.sh')]
+    if quick:
+        cmd += ['--size', 'W1=50000', '--size', 'W2=250000', '--size', 'W3=100000', '--size', 'W4=50000']
+    subprocess.run([os.path.join(harness, 'pg-up.sh')], check=True, stdout=subprocess.DEVNULL)
+    before = set(os.listdir(os.path.join(harness, 'results')))
+    subprocess.run(cmd, check=False, stdout=sys.stderr)
+    new = sorted(f for f in set(os.listdir(os.path.join(harness, 'results'))) - before if f.endswith('.jsonl'))
+    if not new:
+        raise RuntimeError('the harness wrote no results')
+    rows = [json.loads(l) for l in open(os.path.join(harness, 'results', new[-1]))]
+    by = {}
+    for r in rows:
+        if r.get('type') == 'run' and r.get('rep', 1) >= 1 and r.get('events_per_s'):
+            by.setdefault((r['workload'], r['peer']), []).append(r)
+    out = []
+    for w in sorted({w for w, _ in by}):
+        med = {p: statistics.median(x['events_per_s'] for x in by[(w, p)]) for ww, p in by if ww == w}
+        ok = all(x.get('ok') for (ww, p), xs in by.items() if ww == w for x in xs)
+        direct = {p: v for p, v in med.items() if p in DIRECT_PEERS}
+        fastest = max(direct, key=direct.get) if direct else None
+        wf = med.get('walfeed')
+        out.append(dict(mode='catchup', workload=w, walfeed_events_per_s=round(wf) if wf else None,
+                        fastest_direct_peer=fastest, fastest_events_per_s=round(direct[fastest]) if fastest else None,
+                        ratio=round(wf / direct[fastest], 3) if wf and fastest else None,
+                        ratio_vs_recvlogical=round(wf / med['recvlogical-pgoutput'], 3)
+                        if wf and med.get('recvlogical-pgoutput') else None,
+                        decode_ceiling_ratio=round(wf / med['sql-pgoutput'], 3) if wf and med.get('sql-pgoutput') else None,
+                        all_ok=ok, results=new[-1]))
+        print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def summary_table(results):
+    lines = ['| mode | case | figure |', '|---|---|---|']
+    for r in results:
+        if r['mode'] == 'catchup':
+            lines.append('| catch-up | %s | walfeed %s ev/s, fastest direct peer %s %s ev/s: **%.2f×** '
+                         '(vs pg_recvlogical %.2f×, vs decode-only %.2f×)%s |' % (
+                             r['workload'], r['walfeed_events_per_s'], r['fastest_direct_peer'],
+                             r['fastest_events_per_s'], r['ratio'], r['ratio_vs_recvlogical'] or 0,
+                             r['decode_ceiling_ratio'] or 0, '' if r['all_ok'] else ' (a run FAILED)'))
+        elif r['mode'] == 'live':
+            lines.append('| live | %d tx/s target (%s tx/s done), read_coalesce %s | p50 %.2f ms, p99 %.2f ms, '
+                         'max %.2f ms over %d events; server CPU %s%% |' % (
+                             r['target_tx_per_s'], r['pgbench_tps'] and round(r['pgbench_tps']),
+                             r['read_coalesce'], r['p50_ms'], r['p99_ms'], r['max_ms'], r['events'],
+                             r['server_cpu_pct']))
+        elif r['mode'] == 'fanout':
+            lines.append('| fan-out from the %s | %d subscribers × %d events | %s ev/s aggregate (%.1f× one), '
+                         '%.2f µs server CPU per delivered event, peak RSS %.0f MB, walsender %.2f s CPU |' % (
+                             r['start'], r['subscribers'], r['events_each'], r['aggregate_events_per_s'],
+                             r.get('aggregate_over_single') or 0, r['server_cpu_us_per_delivered_event'],
+                             r['server_peak_rss_mb'], r['walsender_cpu_s'] or 0))
+        elif r['mode'] == 'memory':
+            lines.append('| memory | %d-row transaction, consumer %s | peak RSS %.0f MB, %d ev/s, held at the '
+                         'end: %d MB in memory, %d MB on disk |' % (
+                             r['rows'], r['client'].replace('_', ' '), r['server_peak_rss_mb'], r['events_per_s'],
+                             r['buffered_bytes_at_end'] >> 20, r['spilled_bytes_at_end'] >> 20))
+    return '\n'.join(lines)
+
+
+def interrupted(signum, frame):
+    """SIGTERM (a timeout, kill) unwinds like Ctrl-C, so servers and the cluster stop."""
+    raise KeyboardInterrupt()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('mode', choices=['live', 'fanout', 'memory', 'all'])
+    ap.add_argument('--quick', action='store_true', help='smaller sizes, fewer cases: all of it in under 10 minutes')
+    ap.add_argument('--harness', help='the peer harness directory (run.py, pg-up.sh); `all` runs catch-up with it')
+    ap.add_argument('--keep', action='store_true', help='keep the temporary directory (logs) at the end')
+    a = ap.parse_args()
+    signal.signal(signal.SIGTERM, interrupted)
+    for binary in (SERVER, CLI, LIVE, FANOUT, DRAIN):
+        if not os.access(binary, os.X_OK):
+            sys.exit('walfeed_bench.py: %s not found: build it first (cmake --build build -j2)' % binary)
+    results = []
+    if a.mode == 'all' and a.harness:
+        results += catchup_mode(a.harness, a.quick)
+    elif a.mode == 'all':
+        log('walfeed_bench.py: no --harness: the catch-up comparison is skipped (no ratio_min)')
+    tmp = tempfile.mkdtemp(prefix='walfeed-bench.')
+    cluster = Cluster(tmp)
+    try:
+        for mode, fn in (('live', live_mode), ('fanout', fanout_mode), ('memory', memory_mode)):
+            if a.mode in (mode, 'all'):
+                results += fn(tmp, cluster, a.quick)
+    finally:
+        cluster.stop()
+        if a.keep:
+            log('kept %s' % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(summary_table(results))
+    ratios = [r['ratio'] for r in results if r['mode'] == 'catchup' and r['ratio']]
+    if ratios:
+        print('ratio_min=%.3f' % min(ratios))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,271 @@
+// walfeed_fanout: N subscribers on one stream, each a new durable consumer
+// starting at the oldest event the server holds, each on its own connection
+// and thread, each receiving --events events. They count events by walking
+// the frames' wire format (frame_count.h) and never parse an event, so the
+// figure is the server's capacity to deliver, not the clients' parsing. Each
+// acks cumulatively every --ack-every events, with an unacked window of four
+// times that (0: never acks, and the window is --events).
+//
+// All subscribers connect first, then start together; the JSON line gives the
+// time from that start to the last subscriber's last event, the aggregate
+// events/s (subscribers x events / that time) and the spread per subscriber.
+//
+//   walfeed_fanout --server 127.0.0.1:PORT --stream fan --subscribers 64
+//                  --events 200000 [--ack-every 10000] [--consumer-prefix fan]
+//                  [--timeout-s 300]
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "bench_client.h"
+#include "frame_count.h"
+#include "walfeed/v1/change_stream.grpc.pb.h"
+#include "walfeed/v1/change_stream.pb.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace v1 = walfeed::v1;
+
+struct Flags {
+  std::string server = "127.0.0.1:50051";
+  std::string stream = "fan";
+  std::string consumer_prefix = "fan";
+  int subscribers = 1;
+  uint64_t events = 0;
+  uint64_t ack_every = 10000;
+  int timeout_s = 300;
+};
+
+Flags ParseFlags(int argc, char** argv) {
+  walfeed::bench::FlagArgs args(argc, argv, "walfeed_fanout",
+                                "--events N [--subscribers N] [--ack-every N|0] "
+                                "[--server HOST:PORT] [--stream NAME] [--consumer-prefix NAME] "
+                                "[--timeout-s S]");
+  Flags flags;
+  while (args.Next()) {
+    if (args.Is("--server")) {
+      flags.server = args.text();
+    } else if (args.Is("--stream")) {
+      flags.stream = args.text();
+    } else if (args.Is("--consumer-prefix")) {
+      flags.consumer_prefix = args.text();
+    } else if (args.Is("--subscribers")) {
+      flags.subscribers = args.Positive<int>();
+    } else if (args.Is("--events")) {
+      flags.events = args.Positive<uint64_t>();
+    } else if (args.Is("--ack-every")) {
+      flags.ack_every = args.text() == "0" ? 0 : args.Positive<uint64_t>();
+    } else if (args.Is("--timeout-s")) {
+      flags.timeout_s = args.Positive<int>();
+    } else {
+      args.Fail("unknown flag " + args.flag());
+    }
+  }
+  if (flags.events == 0) args.Fail("--events is required");
+  if (flags.events > 10000000) args.Fail("--events: at most 10,000,000 (the unacked window)");
+  return flags;
+}
+
+struct Outcome {
+  uint64_t events = 0;
+  uint64_t frames = 0;
+  uint64_t acks = 0;
+  Clock::time_point done{};
+  std::string error;
+};
+
+// One completion-queue step; false when the operation failed.
+bool Step(grpc::CompletionQueue& cq, int expected_tag) {
+  void* tag = nullptr;
+  bool ok = false;
+  if (!cq.Next(&tag, &ok)) return false;
+  return ok && tag == reinterpret_cast<void*>(static_cast<intptr_t>(expected_tag));
+}
+
+class Subscriber {
+ public:
+  Subscriber(const Flags& flags, int index)
+      : flags_(flags),
+        index_(index),
+        channel_(walfeed::bench::MakeChannel(flags.server, index + 1)) {}
+
+  bool Connect(Clock::time_point deadline) {
+    return channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                      (deadline - Clock::now()));
+  }
+
+  // Subscribes and counts until --events have arrived.
+  Outcome Run() {
+    Outcome out;
+    v1::SubscribeRequest request;
+    request.set_stream(flags_.stream);
+    request.set_consumer(flags_.consumer_prefix + std::to_string(index_));
+    request.set_start(v1::START_POSITION_EARLIEST);
+    request.set_max_batch_events(1024);
+    request.set_max_batch_bytes(2 << 20);
+    // Acking: a window of four ack intervals (the server tracks each unacked
+    // event of a session, about 24 bytes each). Not acking: all of it.
+    request.set_max_unacked_events(static_cast<uint32_t>(
+        flags_.ack_every > 0 ? std::min(flags_.events, 4 * flags_.ack_every) : flags_.events));
+    request.set_max_unacked_bytes(uint64_t{64} << 30);
+    request.set_progress_interval_ms(1000);
+    grpc::Slice slice(request.SerializeAsString());
+    grpc::ByteBuffer request_bytes(&slice, 1);
+
+    grpc::GenericStub stub(channel_);
+    grpc::CompletionQueue cq;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(flags_.timeout_s));
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+        stub.PrepareCall(&context, "/walfeed.v1.ChangeStream/Subscribe", &cq);
+    call->StartCall(reinterpret_cast<void*>(1));
+    bool ok = Step(cq, 1);
+    if (ok) call->Write(request_bytes, reinterpret_cast<void*>(2));
+    ok = ok && Step(cq, 2);
+    if (ok) call->WritesDone(reinterpret_cast<void*>(3));
+    ok = ok && Step(cq, 3);
+    grpc::ByteBuffer frame;
+    std::vector<grpc::Slice> slices;
+    std::vector<std::string_view> pieces;
+    std::string session_id;
+    uint64_t since_ack = 0;
+    while (ok && out.events < flags_.events && out.error.empty()) {
+      call->Read(&frame, reinterpret_cast<void*>(4));
+      if (!Step(cq, 4)) break;
+      slices.clear();
+      pieces.clear();
+      if (!frame.Dump(&slices).ok()) {
+        out.error = "could not read a frame's bytes";
+        break;
+      }
+      for (const grpc::Slice& s : slices) {
+        pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+      const walfeed::bench::FrameCount counted = walfeed::bench::CountFrameEvents(pieces);
+      if (!counted.valid) {
+        out.error = "a frame is not valid protobuf wire format";
+        break;
+      }
+      ++out.frames;
+      out.events += counted.count;
+      since_ack += counted.count;
+      if (out.frames == 1) {  // The `started` frame: parsed, for the session id.
+        v1::SubscribeResponse started;
+        std::string bytes;
+        for (std::string_view piece : pieces) bytes.append(piece);
+        if (started.ParseFromString(bytes)) session_id = started.started().session_id();
+      }
+      if (flags_.ack_every > 0 && since_ack >= flags_.ack_every && !counted.last_id.empty()) {
+        since_ack = 0;
+        if (!Ack(session_id, counted.last_id, &out.error)) break;
+        ++out.acks;
+      }
+    }
+    out.done = Clock::now();
+    context.TryCancel();
+    grpc::Status status;
+    call->Finish(&status, reinterpret_cast<void*>(5));
+    cq.Shutdown();
+    void* tag;
+    bool ignored;
+    while (cq.Next(&tag, &ignored)) {
+    }
+    if (out.error.empty() && out.events < flags_.events) {
+      out.error = "the stream ended after " + std::to_string(out.events) + " events: " +
+                  std::to_string(status.error_code()) + " " + status.error_message();
+    }
+    return out;
+  }
+
+ private:
+  bool Ack(const std::string& session_id, const std::string& id, std::string* error) {
+    if (!ack_stub_) ack_stub_ = v1::ChangeStream::NewStub(channel_);
+    v1::AckRequest request;
+    request.set_stream(flags_.stream);
+    request.set_consumer(flags_.consumer_prefix + std::to_string(index_));
+    request.set_session_id(session_id);
+    request.set_event_id(id);
+    v1::AckResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    const grpc::Status status = ack_stub_->Ack(&context, request, &response);
+    if (!status.ok()) *error = "ack " + id + " failed: " + status.error_message();
+    return status.ok();
+  }
+
+  const Flags& flags_;
+  const int index_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ChangeStream::Stub> ack_stub_;
+};
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int Run(const Flags& flags) {
+  const Clock::time_point connect_by = Clock::now() + std::chrono::seconds(30);
+  std::vector<std::unique_ptr<Subscriber>> subscribers;
+  for (int i = 0; i < flags.subscribers; ++i) {
+    subscribers.push_back(std::make_unique<Subscriber>(flags, i));
+    if (!subscribers.back()->Connect(connect_by)) {
+      std::fprintf(stderr, "walfeed_fanout: subscriber %d could not connect to %s\n", i,
+                   flags.server.c_str());
+      return 1;
+    }
+  }
+  absl::Notification go;
+  std::vector<Outcome> outcomes(flags.subscribers);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < flags.subscribers; ++i) {
+    threads.emplace_back([&, i] {
+      go.WaitForNotification();
+      outcomes[i] = subscribers[i]->Run();
+    });
+  }
+  const Clock::time_point start = Clock::now();
+  go.Notify();
+  for (std::thread& t : threads) t.join();
+
+  double slowest = 0, fastest = 1e18;
+  uint64_t delivered = 0, frames = 0, acks = 0;
+  int failed = 0;
+  for (int i = 0; i < flags.subscribers; ++i) {
+    const Outcome& o = outcomes[i];
+    delivered += o.events;
+    frames += o.frames;
+    acks += o.acks;
+    if (!o.error.empty()) {
+      ++failed;
+      std::fprintf(stderr, "walfeed_fanout: subscriber %d: %s\n", i, o.error.c_str());
+      continue;
+    }
+    slowest = std::max(slowest, Seconds(o.done - start));
+    fastest = std::min(fastest, Seconds(o.done - start));
+  }
+  std::printf(
+      "{\"subscribers\": %d, \"events_each\": %llu, \"delivered_events\": %llu, "
+      "\"frames\": %llu, \"acks\": %llu, \"failed_subscribers\": %d, \"seconds\": %.4f, "
+      "\"fastest_subscriber_s\": %.4f, \"aggregate_events_per_s\": %.0f}\n",
+      flags.subscribers, static_cast<unsigned long long>(flags.events),
+      static_cast<unsigned long long>(delivered), static_cast<unsigned long long>(frames),
+      static_cast<unsigned long long>(acks), failed,
+      slowest, failed == flags.subscribers ? -1.0 : fastest,
+      slowest > 0 ? static_cast<double>(delivered) / slowest : 0.0);
+  std::fflush(stdout);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Run(ParseFlags(argc, argv)); }
