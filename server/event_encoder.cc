@@ -9,7 +9,7 @@ namespace walfeed::server {
 BufferedEvent EventEncoder::Encode(const replication::ChangeEvent& event) {
   BufferedEvent encoded;
   encoded.id = event.id;
-  {
+  if (!rows_.Write(event, &encoded.serialized, &encoded.key)) {
     google::protobuf::Arena arena(block_.get(), kBlockBytes);
     auto* converted = google::protobuf::Arena::CreateMessage<walfeed::v1::ChangeEvent>(&arena);
     ToProto(event, converted);

@@ -1,6 +1,8 @@
 // EventEncoder: a replication event, converted once to the API's ChangeEvent and
 // serialized, ready for the stream buffer (with its filter key and its cost in
-// the buffer). Runs on the reader thread; one encoder per stream.
+// the buffer). Row events are written straight to wire bytes (RowEventWriter);
+// TRUNCATE and MESSAGE go through ToProto. Runs on the reader thread; one
+// encoder per stream.
 #ifndef WALFEED_SERVER_EVENT_ENCODER_H_
 #define WALFEED_SERVER_EVENT_ENCODER_H_
 
@@ -8,6 +10,7 @@
 #include <memory>
 
 #include "replication/transaction_assembler.h"
+#include "server/row_event_writer.h"
 #include "server/stream_buffer.h"
 
 namespace walfeed::server {
@@ -22,6 +25,7 @@ class EventEncoder {
   // allocation (strings longer than 15 bytes still do).
   static constexpr size_t kBlockBytes = 64 << 10;
   const std::unique_ptr<char[]> block_{new char[kBlockBytes]};
+  RowEventWriter rows_;
 };
 
 }  // namespace walfeed::server

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "replication/pg/pg_stream_source.h"
@@ -231,5 +232,10 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::default_logger()->clone("server"));
+  // Debian's Abseil is built without NDEBUG, so by default every Mutex lock and
+  // unlock also updates a process-wide lock-order graph (deadlock detection), a
+  // debugging aid that costs every lock on the data path. The unit tests, which
+  // link the libraries directly, keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   return walfeed::server::Run(walfeed::server::ParseFlags(argc, argv));
 }
