@@ -329,6 +329,8 @@ def memory_mode(tmp, cluster, quick):
             r = run_json([DRAIN, '--server', server.address, '--stream', 'mem', '--consumer', 'mem',
                           '--end-lsn', end_lsn, '--timeout-s', '1800'], 1900)
             events = r['events']
+            if events != rows:
+                raise RuntimeError('memory: the drain received %d of %d events' % (events, rows))
             seconds = time.monotonic() - t0
             s = server.status() or {}
             results.append(dict(mode='memory', client=client, rows=rows, events=events,

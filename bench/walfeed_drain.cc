@@ -10,9 +10,12 @@
 //     record starts before it;
 //   * a `progress` frame (sent only while the session has nothing to deliver)
 //     whose server_wal_lsn is at or beyond the end LSN, while the unacked window
-//     is open: the server has read the slot up to the end and every event up to
-//     it was already delivered. (walfeed raises server_wal_lsn from keepalives and
-//     from each commit's end LSN only after buffering that transaction's events.)
+//     is open and the last event received closed its transaction: the server
+//     has read the slot up to the end and every event up to it was already
+//     delivered. (walfeed raises server_wal_lsn from keepalives and from each
+//     commit's end LSN only after buffering that transaction's events; but a
+//     keepalive can arrive while a large transaction is being buffered, hence
+//     the last condition.)
 //
 // It uses the generated gRPC stub rather than walfeed::Subscriber because the
 // stop rule needs the `progress` frames, which Subscriber does not expose.
@@ -137,6 +140,10 @@ int Run(const Flags& flags) {
   uint32_t since_ack = 0;
   std::string last_id;
   std::string stop_reason;
+  // Inside a transaction's events a progress frame can come too (the session
+  // caught up with the reader while it buffers a large transaction), and its
+  // server_wal_lsn, taken from keepalives, can already be past the end.
+  bool mid_transaction = false;
   Clock::time_point t_first{};
   Clock::time_point t_last_event{};
   Clock::time_point t_first_progress_after{};
@@ -168,6 +175,7 @@ int Run(const Flags& flags) {
           default: ++other; continue;
         }
         bytes += event.ByteSizeLong();
+        mid_transaction = !event.last_in_transaction();
         ++since_ack;
         t_last_event = Clock::now();
         t_first_progress_after = Clock::time_point{};
@@ -191,7 +199,7 @@ int Run(const Flags& flags) {
       if (t_last_event != Clock::time_point{}) ++progress_after_last;
       const v1::Progress& progress = frame.progress();
       if (!progress.server_wal_lsn().empty() && ParseLsn(progress.server_wal_lsn()) >= end &&
-          progress.unacked_events() < flags.window) {
+          progress.unacked_events() < flags.window && !mid_transaction) {
         stop_reason = "progress";
       }
     }
