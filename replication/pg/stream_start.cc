@@ -37,8 +37,14 @@ absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
   }
   PreparedStream prepared;
   WALFEED_ASSIGN_OR_RETURN(prepared.provisioned, Provision(config));
-  WALFEED_ASSIGN_OR_RETURN(SlotCheck after, ReadSlotCheck(config, checkpoint_schema));
-  WALFEED_ASSIGN_OR_RETURN(prepared.plan, PlanStart(after, stored));
+  // Read the slot again only if Provision created it: otherwise `before` is what
+  // a second read would say (a replication connection saved at every start). A
+  // slot dropped or replaced after this read is still caught: the reader checks
+  // the slot's identity when it starts streaming (ReaderOptions.expected_slot).
+  if (prepared.provisioned.created_slot || !before.slot) {
+    WALFEED_ASSIGN_OR_RETURN(before, ReadSlotCheck(config, checkpoint_schema));
+  }
+  WALFEED_ASSIGN_OR_RETURN(prepared.plan, PlanStart(before, stored));
   if (prepared.plan.bind) {
     WALFEED_RETURN_IF_ERROR(committer->BindSlot(config.name, config.slot_name,
                                                 prepared.plan.identity, prepared.plan.start));
