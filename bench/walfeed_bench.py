@@ -136,7 +136,7 @@ class Server:
         # a profiler; the CPU and RSS figures are then the wrapper's process.
         wrapper = os.environ.get('WALFEED_SERVER_WRAPPER', '').split()
         self.proc = subprocess.Popen(wrapper + [SERVER, '--config', config], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, start_new_session=True)
 
     def status(self):
         out = subprocess.run([CLI, 'status', '--server', self.address, '--stream', self.stream,
@@ -160,7 +160,8 @@ class Server:
 
     def stop(self):
         if self.proc.poll() is None:
-            self.proc.terminate()
+            # The whole process group: with a wrapper, the server is its child.
+            os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=30)
         self.log.close()
         self.cluster.sql('DROP SCHEMA IF EXISTS %s CASCADE' % self.schema)
