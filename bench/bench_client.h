@@ -55,13 +55,14 @@ class FlagArgs {
 // shares one TCP connection among channels with equal arguments).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& server, int distinct = 0);
 
-// Opens `request` on `stub` and reads its first frame, retrying UNAVAILABLE
-// (the server may still be starting or connecting to PostgreSQL) every 5 ms
-// until `give_up`. On success `*context`, `*reader` and `*started` hold the live
+// Opens `request` on `stub` (a channel to `server`) and reads its first frame:
+// first waits until `server` accepts connections, then retries UNAVAILABLE
+// (the stream may still be connecting to PostgreSQL) every 5 ms until
+// `give_up`. On success `*context`, `*reader` and `*started` hold the live
 // call and its `started` frame and the number of attempts is returned; on
 // failure the final status is printed to stderr (prefixed with `who`) and 0 is
 // returned.
-int SubscribeWithRetry(walfeed::v1::ChangeStream::Stub* stub,
+int SubscribeWithRetry(walfeed::v1::ChangeStream::Stub* stub, const std::string& server,
                        const walfeed::v1::SubscribeRequest& request,
                        std::chrono::steady_clock::time_point give_up, const char* who,
                        std::unique_ptr<grpc::ClientContext>* context,

@@ -149,7 +149,7 @@ class Server:
     def wait_streaming(self, timeout_s=30):
         def streaming():
             if self.proc.poll() is not None:
-                raise RuntimeError('walfeed-server exited; see %s' % self.log_path)
+                raise RuntimeError('walfeed-server exited; see %s (--keep keeps it)' % self.log_path)
             s = self.status()
             return s if s and s.get('state') == 'STREAM_STATE_STREAMING' else None
         return wait_for('stream %s to stream' % self.stream, streaming, timeout_s)

@@ -127,13 +127,14 @@ int Run(const Flags& flags) {
   std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader;
   v1::SubscribeResponse first_frame;
   const int subscribe_attempts = walfeed::bench::SubscribeWithRetry(
-      stub.get(), request, give_up, "walfeed_drain", &context, &reader, &first_frame);
+      stub.get(), flags.server, request, give_up, "walfeed_drain", &context, &reader, &first_frame);
   if (subscribe_attempts == 0) return 1;
   const Clock::time_point t_subscribed = Clock::now();
   // The first block holds a 2 MiB frame's messages, so the arena rarely mallocs.
   const std::unique_ptr<char[]> arena_block(new char[kArenaBlockBytes]);
   google::protobuf::Arena arena(arena_block.get(), kArenaBlockBytes);
-  walfeed::bench::Acker acker(stub.get(), flags.stream, flags.consumer, first_frame.started().session_id());
+  walfeed::bench::Acker acker(stub.get(), flags.stream, flags.consumer,
+                              first_frame.started().session_id());
 
   uint64_t inserts = 0, updates = 0, deletes = 0, other = 0, bytes = 0, batches = 0;
   uint64_t progress_frames = 0;

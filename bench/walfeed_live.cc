@@ -98,8 +98,8 @@ int Run(const Flags& flags) {
   std::unique_ptr<grpc::ClientContext> context;
   std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader;
   v1::SubscribeResponse frame;
-  if (walfeed::bench::SubscribeWithRetry(stub.get(), request, give_up, "walfeed_live", &context,
-                                         &reader, &frame) == 0) {
+  if (walfeed::bench::SubscribeWithRetry(stub.get(), flags.server, request, give_up,
+                                         "walfeed_live", &context, &reader, &frame) == 0) {
     return 1;
   }
   walfeed::bench::Acker acker(stub.get(), flags.stream, flags.consumer,

@@ -72,22 +72,6 @@ Utf8Step NextUtf8Step(absl::string_view s) {
 // prefix: valid names (all of them in a UTF-8 database) pass unchanged.
 std::string Name(absl::string_view name) { return SanitizeUtf8(name); }
 
-walfeed::v1::Operation ToProtoOp(ChangeEvent::Op op) {
-  switch (op) {
-    case ChangeEvent::Op::kInsert:
-      return walfeed::v1::OPERATION_INSERT;
-    case ChangeEvent::Op::kUpdate:
-      return walfeed::v1::OPERATION_UPDATE;
-    case ChangeEvent::Op::kDelete:
-      return walfeed::v1::OPERATION_DELETE;
-    case ChangeEvent::Op::kTruncate:
-      return walfeed::v1::OPERATION_TRUNCATE;
-    case ChangeEvent::Op::kMessage:
-      return walfeed::v1::OPERATION_MESSAGE;
-  }
-  return walfeed::v1::OPERATION_UNSPECIFIED;  // Unreachable: the switch is exhaustive.
-}
-
 void SetValue(const pgoutput::TupleValue& value, walfeed::v1::ColumnValue* out) {
   switch (value.kind) {
     case pgoutput::TupleValue::Kind::kNull:
@@ -156,6 +140,22 @@ void SetOldValues(const ChangeEvent& in, walfeed::v1::ChangeEvent* out) {
 }
 
 }  // namespace
+
+walfeed::v1::Operation ToProtoOp(ChangeEvent::Op op) {
+  switch (op) {
+    case ChangeEvent::Op::kInsert:
+      return walfeed::v1::OPERATION_INSERT;
+    case ChangeEvent::Op::kUpdate:
+      return walfeed::v1::OPERATION_UPDATE;
+    case ChangeEvent::Op::kDelete:
+      return walfeed::v1::OPERATION_DELETE;
+    case ChangeEvent::Op::kTruncate:
+      return walfeed::v1::OPERATION_TRUNCATE;
+    case ChangeEvent::Op::kMessage:
+      return walfeed::v1::OPERATION_MESSAGE;
+  }
+  return walfeed::v1::OPERATION_UNSPECIFIED;  // Unreachable: the switch is exhaustive.
+}
 
 bool IsValidUtf8(absl::string_view bytes) {
   while (!bytes.empty()) {

@@ -45,6 +45,9 @@ namespace walfeed::server {
 // key column, left out of a key-only old tuple).
 void ToProto(const replication::ChangeEvent& in, walfeed::v1::ChangeEvent* out);
 
+// The API's operation for a replication event's.
+walfeed::v1::Operation ToProtoOp(replication::ChangeEvent::Op op);
+
 // Convenience form of the above.
 walfeed::v1::ChangeEvent ToProto(const replication::ChangeEvent& in);
 

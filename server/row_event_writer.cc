@@ -114,21 +114,6 @@ void AppendColumns(uint32_t field, const std::vector<std::string>& prefixes,
   }
 }
 
-walfeed::v1::Operation RowOp(ChangeEvent::Op op) {
-  switch (op) {
-    case ChangeEvent::Op::kInsert:
-      return walfeed::v1::OPERATION_INSERT;
-    case ChangeEvent::Op::kUpdate:
-      return walfeed::v1::OPERATION_UPDATE;
-    case ChangeEvent::Op::kDelete:
-      return walfeed::v1::OPERATION_DELETE;
-    case ChangeEvent::Op::kTruncate:
-    case ChangeEvent::Op::kMessage:
-      break;
-  }
-  return walfeed::v1::OPERATION_UNSPECIFIED;
-}
-
 }  // namespace
 
 const RowEventWriter::Relation& RowEventWriter::Get(
@@ -156,8 +141,10 @@ const RowEventWriter::Relation& RowEventWriter::Get(
 }
 
 bool RowEventWriter::Write(const ChangeEvent& event, std::string* out, FilterKey* key) {
-  const walfeed::v1::Operation op = RowOp(event.op);
-  if (op == walfeed::v1::OPERATION_UNSPECIFIED || event.relation == nullptr) return false;
+  const bool row = event.op == ChangeEvent::Op::kInsert || event.op == ChangeEvent::Op::kUpdate ||
+                   event.op == ChangeEvent::Op::kDelete;
+  if (!row || event.relation == nullptr) return false;
+  const walfeed::v1::Operation op = ToProtoOp(event.op);
   const Relation& relation = Get(event.relation);
   out->clear();
   AppendBytesField(1, event.id.ToString(), out);

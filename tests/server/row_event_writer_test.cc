@@ -86,7 +86,8 @@ class EventMaker {
                                          std::numeric_limits<int64_t>::max(),
                                          std::numeric_limits<int64_t>::min()};
     ChangeEvent event;
-    event.id = EventId{Lsn(kLsns[Pick(4)]), static_cast<uint32_t>(Pick(3) == 0 ? 0 : Pick(1u << 20))};
+    event.id = EventId{Lsn(kLsns[Pick(4)]),
+                       static_cast<uint32_t>(Pick(3) == 0 ? 0 : Pick(1u << 20))};
     event.xid = Pick(4) == 0 ? 0 : static_cast<uint32_t>(Pick(1u << 31));
     event.commit_time = Pick(3) == 0 ? kTimes[Pick(8)] : static_cast<int64_t>(Pick(1ull << 50));
     event.op = static_cast<ChangeEvent::Op>(Pick(3));  // Insert, update, delete.
@@ -101,7 +102,8 @@ class EventMaker {
                                      : OldTupleKind::kFull;
     if (event.old_kind != OldTupleKind::kNone) event.old_tuple = Tuple(columns);
     event.last_in_transaction = Pick(2) == 0;
-    event.transaction_event_count = event.last_in_transaction ? static_cast<uint32_t>(Pick(5000)) : 0;
+    event.transaction_event_count =
+        event.last_in_transaction ? static_cast<uint32_t>(Pick(5000)) : 0;
     return event;
   }
 
