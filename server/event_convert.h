@@ -45,11 +45,11 @@ namespace walfeed::server {
 // key column, left out of a key-only old tuple).
 void ToProto(const replication::ChangeEvent& in, walfeed::v1::ChangeEvent* out);
 
-// The API's operation for a replication event's.
-walfeed::v1::Operation ToProtoOp(replication::ChangeEvent::Op op);
-
 // Convenience form of the above.
 walfeed::v1::ChangeEvent ToProto(const replication::ChangeEvent& in);
+
+// The API's operation for a replication event's operation.
+walfeed::v1::Operation ToProtoOp(replication::ChangeEvent::Op op);
 
 // PostgreSQL-epoch microseconds (since 2000-01-01 00:00:00 UTC, as in Begin and
 // Commit) as a Timestamp (since the Unix epoch). Exact for every int64 input: the
