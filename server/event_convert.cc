@@ -188,7 +188,7 @@ std::string SanitizeUtf8(absl::string_view bytes) {
   return out;
 }
 
-google::protobuf::Timestamp PostgresMicrosToTimestamp(int64_t postgres_micros) {
+UnixTime PostgresMicrosToUnix(int64_t postgres_micros) {
   constexpr int64_t kMicrosPerSecond = 1'000'000;
   constexpr int64_t kPostgresEpochUnixSeconds =
       replication::copy_data::kPostgresEpochUnixMicros / kMicrosPerSecond;
@@ -200,9 +200,14 @@ google::protobuf::Timestamp PostgresMicrosToTimestamp(int64_t postgres_micros) {
     --seconds;
     micros += kMicrosPerSecond;
   }
+  return {seconds + kPostgresEpochUnixSeconds, static_cast<int32_t>(micros * 1000)};
+}
+
+google::protobuf::Timestamp PostgresMicrosToTimestamp(int64_t postgres_micros) {
+  const UnixTime time = PostgresMicrosToUnix(postgres_micros);
   google::protobuf::Timestamp timestamp;
-  timestamp.set_seconds(seconds + kPostgresEpochUnixSeconds);
-  timestamp.set_nanos(static_cast<int32_t>(micros * 1000));
+  timestamp.set_seconds(time.seconds);
+  timestamp.set_nanos(time.nanos);
   return timestamp;
 }
 

@@ -58,6 +58,14 @@ walfeed::v1::Operation ToProtoOp(replication::ChangeEvent::Op op);
 // requires.
 google::protobuf::Timestamp PostgresMicrosToTimestamp(int64_t postgres_micros);
 
+// The same as seconds and nanos, without building a message (the row writer's
+// per-event path).
+struct UnixTime {
+  int64_t seconds = 0;
+  int32_t nanos = 0;  // [0, 999999999].
+};
+UnixTime PostgresMicrosToUnix(int64_t postgres_micros);
+
 // True iff `bytes` is well-formed UTF-8 (Unicode 15, table 3-7): shortest form only,
 // no UTF-16 surrogates (U+D800..U+DFFF), nothing above U+10FFFF, no truncated
 // sequence. U+0000 is valid.

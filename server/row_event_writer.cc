@@ -152,14 +152,15 @@ bool RowEventWriter::Write(const ChangeEvent& event, std::string* out, FilterKey
   AppendVarintField(3, event.id.index, out);
   AppendVarintField(4, event.xid, out);
   {  // commit_time is always set, so present even when both of its fields are 0.
-    const google::protobuf::Timestamp time = PostgresMicrosToTimestamp(event.commit_time);
-    const uint64_t seconds = static_cast<uint64_t>(time.seconds());  // int64: two's complement.
+    const UnixTime time = PostgresMicrosToUnix(event.commit_time);
+    const uint64_t seconds = static_cast<uint64_t>(time.seconds);  // int64: two's complement.
+    const uint64_t nanos = static_cast<uint64_t>(time.nanos);      // Never negative.
     const size_t size = (seconds != 0 ? 1 + VarintSize(seconds) : 0) +
-                        (time.nanos() != 0 ? 1 + VarintSize(time.nanos()) : 0);
+                        (nanos != 0 ? 1 + VarintSize(nanos) : 0);
     out->push_back(Tag(5, kLengthDelimited));
     AppendVarint(size, out);
     AppendVarintField(1, seconds, out);
-    AppendVarintField(2, static_cast<uint64_t>(time.nanos()), out);
+    AppendVarintField(2, nanos, out);
   }
   AppendVarintField(6, op, out);
   out->append(relation.schema_table_fields);
