@@ -1,6 +1,7 @@
 #include "replication/ack_tracker.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "replication/status_macros.h"
@@ -99,6 +100,23 @@ void AckTracker::OnKeepalive(Lsn wal_end) {
     Lsn& after = transactions_.back().keepalive_after;
     after = std::max(after, wal_end);
   }
+}
+
+absl::Status AckTracker::OnAppended(Lsn commit_lsn, uint32_t count) {
+  absl::MutexLock lock(&mu_);
+  if (transactions_.empty() || !transactions_.back().committed ||
+      transactions_.back().commit_lsn != commit_lsn) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "events appended after ", commit_lsn.ToString(),
+        ", which is not the newest committed transaction still tracked"));
+  }
+  Transaction& txn = transactions_.back();
+  if (uint64_t{txn.delivered} + count > UINT32_MAX) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("too many events appended after ", commit_lsn.ToString()));
+  }
+  txn.delivered += count;
+  return absl::OkStatus();
 }
 
 absl::Status AckTracker::CheckDeliveredLocked(EventId id) const {

@@ -71,6 +71,12 @@ class AckTracker {
   absl::Status OnCommit(Lsn commit_lsn, Lsn end_lsn, uint32_t event_count)
       ABSL_LOCKS_EXCLUDED(mu_);
   void OnKeepalive(Lsn wal_end) ABSL_LOCKS_EXCLUDED(mu_);
+  // `count` events that are not the stream's (a backfill's READ events) were
+  // delivered right after the committed transaction `commit_lsn`, with the
+  // indexes that follow its own: the transaction counts as fully acked only
+  // once they are too. FailedPrecondition unless it is the newest transaction
+  // and still tracked.
+  absl::Status OnAppended(Lsn commit_lsn, uint32_t count) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A consumer's cumulative ack, already durable. An id at or below the consumer's
   // current ack is a harmless no-op (OK). NotFound for an unknown consumer;

@@ -23,6 +23,21 @@ std::string QuoteIdentifier(absl::string_view identifier) { return Quote(identif
 
 std::string QuoteLiteral(absl::string_view literal) { return Quote(literal, '\''); }
 
+std::string ArrayLiteral(const std::vector<std::string>& elements) {
+  std::string out = "{";
+  for (size_t i = 0; i < elements.size(); ++i) {
+    if (i > 0) out += ',';
+    out += '"';
+    for (char c : elements[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  out += '}';
+  return out;
+}
+
 void SetSqlState(absl::Status& status, absl::string_view sqlstate) {
   if (!sqlstate.empty()) status.SetPayload(kSqlStatePayload, absl::Cord(sqlstate));
 }

@@ -9,6 +9,7 @@
 #define WALFEED_REPLICATION_SQL_TEXT_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -21,6 +22,11 @@ std::string QuoteIdentifier(absl::string_view identifier);
 // `'literal'`, inner single quotes doubled (standard_conforming_strings is on in
 // every supported server, so backslashes are literal).
 std::string QuoteLiteral(absl::string_view literal);
+
+// `{"a","b"}`: a text[] literal for a parameter. Every element is
+// double-quoted, so only `"` and `\` need escaping, and values such as NULL, {}
+// or "a,b" stay literal.
+std::string ArrayLiteral(const std::vector<std::string>& elements);
 
 // Attaches `sqlstate` (five characters) to `status`.
 void SetSqlState(absl::Status& status, absl::string_view sqlstate);

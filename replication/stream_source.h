@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "replication/ack_tracker.h"
+#include "replication/backfill_database.h"
 #include "replication/group_committer.h"
 #include "replication/lsn.h"
 #include "replication/start_plan.h"
@@ -174,6 +175,11 @@ class StreamSource {
   // Where clients reach the leading process ("" when unknown), as of the last
   // TryLead that did not lead.
   virtual std::string Leader() { return ""; }
+
+  // A new handle on the database for backfills (each its own connections,
+  // opened on first use); null when the source has none (backfills are then
+  // refused).
+  virtual std::unique_ptr<BackfillDatabase> NewBackfillDatabase() { return nullptr; }
 };
 
 using StreamSourceFactory = std::function<std::unique_ptr<StreamSource>(SourceOptions)>;

@@ -63,6 +63,8 @@ absl::string_view OpName(ChangeEvent::Op op) {
       return "TRUNCATE";
     case ChangeEvent::Op::kMessage:
       return "MESSAGE";
+    case ChangeEvent::Op::kRead:
+      return "READ";
   }
   return "UNKNOWN";
 }

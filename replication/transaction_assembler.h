@@ -51,7 +51,9 @@ namespace walfeed::replication {
 // One row change, TRUNCATE or transactional logical message of a committed
 // transaction. Which fields are meaningful depends on `op`; the others stay empty.
 struct ChangeEvent {
-  enum class Op { kInsert, kUpdate, kDelete, kTruncate, kMessage };
+  // kRead is never assembled from the stream: it is a row a backfill read
+  // (server side), shaped like an insert.
+  enum class Op { kInsert, kUpdate, kDelete, kTruncate, kMessage, kRead };
 
   EventId id;               // (Begin.final_lsn, index within the transaction).
   uint32_t xid = 0;         // From Begin.

@@ -26,6 +26,7 @@ struct BufferedEvent {
 inline size_t BufferedBytes(const BufferedEvent& event) {
   size_t bytes = event.serialized.size() + sizeof(BufferedEvent);
   for (const auto& [schema, table] : event.key.tables) bytes += schema.size() + table.size();
+  bytes += event.key.audience.size();
   return bytes;
 }
 

@@ -185,7 +185,7 @@ std::shared_ptr<Session> ConsumerRegistry::AddSessionLocked(const std::string& c
                                                             EventId start) {
   auto session = std::make_shared<Session>(options_.new_session_id(), consumer, std::move(options));
   sessions_.emplace(session.get(),
-                    SessionEntry{session, SessionFramer(session->options(), start, absl::Now()),
+                    SessionEntry{session, SessionFramer(session->options(), start, absl::Now(), session->consumer()),
                                  false, std::nullopt, StreamBuffer(), false, false});
   return session;
 }

@@ -278,6 +278,9 @@ class ConsumerRegistry {
   // and names the consumer that holds the stream; when it has had room for
   // kHoldSettle since (a slow consumer refills it at once), that it ended.
   bool HasRoom(std::optional<HoldChange>* change = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether memory or the spill takes more events now, without HasRoom's
+  // bookkeeping (for a backfill deciding whether to read its next chunk).
+  bool TakesMore() const ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Append(BufferedEvent event) ABSL_LOCKS_EXCLUDED(mu_);
   // Sessions waiting for news, marked as no longer waiting.
   SessionList TakeWaiting() ABSL_LOCKS_EXCLUDED(mu_);

@@ -290,6 +290,11 @@ void ConsumerRegistry::AbandonReset(const std::string& consumer) {
   ForgetIfIdleLocked(consumer);
 }
 
+bool ConsumerRegistry::TakesMore() const {
+  absl::MutexLock lock(&mu_);
+  return buffer_.HasRoom(options_.buffer_bytes) || !FullLocked();
+}
+
 bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
   absl::MutexLock lock(&mu_);
   const bool room = buffer_.HasRoom(options_.buffer_bytes);

@@ -153,6 +153,8 @@ walfeed::v1::Operation ToProtoOp(ChangeEvent::Op op) {
       return walfeed::v1::OPERATION_TRUNCATE;
     case ChangeEvent::Op::kMessage:
       return walfeed::v1::OPERATION_MESSAGE;
+    case ChangeEvent::Op::kRead:
+      return walfeed::v1::OPERATION_READ;
   }
   return walfeed::v1::OPERATION_UNSPECIFIED;  // Unreachable: the switch is exhaustive.
 }
@@ -226,6 +228,7 @@ void ToProto(const replication::ChangeEvent& in, walfeed::v1::ChangeEvent* out) 
     case ChangeEvent::Op::kInsert:
     case ChangeEvent::Op::kUpdate:
     case ChangeEvent::Op::kDelete:
+    case ChangeEvent::Op::kRead:
       if (in.relation != nullptr) {
         out->set_schema(Name(in.relation->schema));
         out->set_table(Name(in.relation->table));
@@ -235,7 +238,9 @@ void ToProto(const replication::ChangeEvent& in, walfeed::v1::ChangeEvent* out) 
         AppendValues(in.relation.get(), in.new_tuple, /*keys_only=*/false,
                      out->mutable_new_values());
       }
-      if (in.op != ChangeEvent::Op::kInsert) SetOldValues(in, out);
+      if (in.op != ChangeEvent::Op::kInsert && in.op != ChangeEvent::Op::kRead) {
+        SetOldValues(in, out);
+      }
       break;
     case ChangeEvent::Op::kTruncate: {
       walfeed::v1::Truncate* truncate = out->mutable_truncate();

@@ -64,6 +64,8 @@ ChangeEvent::Op FromProtoOp(walfeed::v1::Operation op) {
       return ChangeEvent::Op::kDelete;
     case walfeed::v1::OPERATION_TRUNCATE:
       return ChangeEvent::Op::kTruncate;
+    case walfeed::v1::OPERATION_READ:
+      return ChangeEvent::Op::kRead;
     default:  // OPERATION_MESSAGE; Create() rejects everything else first.
       return ChangeEvent::Op::kMessage;
   }
@@ -176,6 +178,7 @@ bool EventFilter::Matches(const ChangeEvent& event) const {
     case ChangeEvent::Op::kInsert:
     case ChangeEvent::Op::kUpdate:
     case ChangeEvent::Op::kDelete:
+    case ChangeEvent::Op::kRead:
       break;
   }
   return event.relation != nullptr &&

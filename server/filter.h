@@ -50,9 +50,24 @@ struct FilterKey {
   // (schema, table): the row event's table, every table of a TRUNCATE, none for a
   // logical message. One inline: a row event costs no extra allocation.
   absl::InlinedVector<std::pair<std::string, std::string>, 1> tables;
+  // Who may receive it: "" every session (a change event); a consumer's name:
+  // only that durable consumer's sessions (a backfill's READ events);
+  // kNoAudience: no session (a backfill's watermarks). Sessions that may not
+  // receive an event pass it like one their filters left out.
+  std::string audience;
 
   static FilterKey Of(const walfeed::v1::ChangeEvent& event);
+  // Whether a session of `consumer` (ephemeral or not) may receive it.
+  bool ReachableBy(const std::string& consumer, bool ephemeral) const {
+    return audience.empty() || (!ephemeral && audience == consumer);
+  }
 };
+
+// The audience of an event no session receives. Consumer names never hold a NUL.
+inline const std::string& NoAudience() {
+  static const std::string* const kNoAudience = new std::string(1, '\0');
+  return *kNoAudience;
+}
 
 class EventFilter {
  public:

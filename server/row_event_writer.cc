@@ -142,7 +142,7 @@ const RowEventWriter::Relation& RowEventWriter::Get(
 
 bool RowEventWriter::Write(const ChangeEvent& event, std::string* out, FilterKey* key) {
   const bool row = event.op == ChangeEvent::Op::kInsert || event.op == ChangeEvent::Op::kUpdate ||
-                   event.op == ChangeEvent::Op::kDelete;
+                   event.op == ChangeEvent::Op::kDelete || event.op == ChangeEvent::Op::kRead;
   if (!row || event.relation == nullptr) return false;
   const walfeed::v1::Operation op = ToProtoOp(event.op);
   const Relation& relation = Get(event.relation);
@@ -168,7 +168,7 @@ bool RowEventWriter::Write(const ChangeEvent& event, std::string* out, FilterKey
     AppendColumns(9, relation.column_prefixes, event.new_tuple, /*keys_only=*/false,
                   *relation.info, out);
   }
-  if (op != walfeed::v1::OPERATION_INSERT &&
+  if (op != walfeed::v1::OPERATION_INSERT && op != walfeed::v1::OPERATION_READ &&
       (event.old_kind == OldTupleKind::kKey || event.old_kind == OldTupleKind::kFull)) {
     const bool keys_only = event.old_kind == OldTupleKind::kKey;
     AppendColumns(10, relation.column_prefixes, event.old_tuple, keys_only, *relation.info, out);

@@ -62,7 +62,9 @@ bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame
       break;
     }
     cursor_ = it->id;
-    if (!options_.filter.Matches(it->key)) continue;
+    if (!it->key.ReachableBy(consumer_, options_.ephemeral) || !options_.filter.Matches(it->key)) {
+      continue;
+    }
     batch.push_back(&it->serialized);
     last = it->id;
     bytes += it->bytes;

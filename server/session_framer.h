@@ -41,8 +41,14 @@ class SessionFramer {
 
   // `options` must outlive the framer. The session starts after `start`; `now` is
   // when it opened.
-  SessionFramer(const SessionOptions& options, EventId start, absl::Time now)
-      : options_(options), start_(start), cursor_(start), last_frame_(now) {}
+  // `consumer` decides which audience-bound events (FilterKey::audience) it gets.
+  SessionFramer(const SessionOptions& options, EventId start, absl::Time now,
+                std::string consumer = "")
+      : options_(options),
+        consumer_(std::move(consumer)),
+        start_(start),
+        cursor_(start),
+        last_frame_(now) {}
 
   // Sets `*frame` to the next serialized SubscribeResponse: `started` first, then
   // an events batch, or a progress frame when one is due. False when there is
@@ -72,6 +78,7 @@ class SessionFramer {
   bool ComposeEvents(const StreamBuffer& buffer, std::string* frame);
 
   const SessionOptions& options_;
+  const std::string consumer_;
   const EventId start_;  // Where the session started: not something it passed.
   EventId cursor_;
   std::deque<std::pair<EventId, size_t>> unacked_;  // Sent, not yet acked.

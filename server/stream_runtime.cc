@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "replication/error_reason.h"
 #include "replication/retry.h"
+#include "server/backfill/read_events.h"
 #include "server/stream_log.h"
 
 namespace walfeed::server {
@@ -81,16 +82,36 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
                 tracker_.store(tracker);
                 stream_start_.store(plan.start.value());
                 registry_.Load(tracker, plan.consumers, plan.deliver_after, plan.detached);
+                generation_.store(generations_.fetch_add(1) + 1);
               },
-              [this](const absl::Status& why) { WakeAll(registry_.Fail(why)); },
+              [this](const absl::Status& why) {
+                generation_.store(0);
+                WakeAll(registry_.Fail(why));
+              },
               std::move(on_state),
               [this](const absl::Status& why) {
                 // Another instance may stream it now: end every session and
                 // drop what was read (the new leader reads it from the slot).
+                generation_.store(0);
                 WakeAll(registry_.Unload(supervisor_.LeadLost(why)));
                 if (spill_) spill_->Clear();
               }}),
-      slot_monitor_(std::make_unique<SlotMonitor>([this] { return source_->ReadSlot(); })) {}
+      slot_monitor_(std::make_unique<SlotMonitor>([this] { return source_->ReadSlot(); })) {
+  if (source_->NewBackfillDatabase() != nullptr) {
+    backfills_ = std::make_unique<BackfillRunner>(
+        name(), options_.source.config.publication_names,
+        [this] { return source_->NewBackfillDatabase(); }, &windows_,
+        BackfillRunner::Hooks{
+            [this] { return generation_.load(); },
+            [this](const std::string& consumer) -> absl::StatusOr<EventId> {
+              replication::AckTracker* tracker = tracker_.load();
+              if (tracker == nullptr) return absl::UnavailableError("not prepared");
+              return tracker->AckedBy(consumer);
+            },
+            [this] { return registry_.TakesMore(); }},
+        options_.backfill);
+  }
+}
 
 StreamRuntime::~StreamRuntime() {
   Stop(reason::WithReason(absl::UnavailableError("walfeed-server is stopping"),
@@ -117,6 +138,7 @@ void StreamRuntime::Start() {
                              }});
   retention_->Start();
   supervisor_.Start();
+  if (backfills_) backfills_->Start();
 }
 
 void StreamRuntime::DetachLaggard(const std::string& consumer) {
@@ -158,6 +180,7 @@ void StreamRuntime::BeginStop(const absl::Status& why) {
 
 void StreamRuntime::Stop(const absl::Status& why) {
   BeginStop(why);
+  if (backfills_) backfills_->Stop();
   supervisor_.Stop();
   if (retention_) retention_->Stop();
 }
@@ -369,6 +392,15 @@ bool StreamRuntime::HasRoom() {
 }
 
 void StreamRuntime::OnEvent(replication::ChangeEvent event) {
+  if (windows_.Observe(event)) {
+    // A backfill's watermark: in the buffer, so ids and positions stay whole,
+    // for no session.
+    BufferedEvent watermark = encoder_.Encode(event);
+    watermark.key.audience = NoAudience();
+    absl::Status appended = registry_.Append(std::move(watermark));
+    if (!appended.ok()) StreamLogger()->error("stream {}: {}", name(), appended.ToString());
+    return;
+  }
   absl::Status appended = registry_.Append(encoder_.Encode(event));
   if (!appended.ok()) {
     // The delivery gate makes ids strictly increasing; a repeat reaching the
@@ -377,7 +409,36 @@ void StreamRuntime::OnEvent(replication::ChangeEvent event) {
   }
 }
 
-void StreamRuntime::OnCommit(const replication::TransactionCommitted&) {}
+void StreamRuntime::OnCommit(const replication::TransactionCommitted& commit) {
+  for (replication::CompletedChunk& chunk : windows_.OnCommit(commit)) DeliverChunk(chunk);
+}
+
+void StreamRuntime::DeliverChunk(replication::CompletedChunk& chunk) {
+  if (backfills_ == nullptr) return;
+  if (chunk.outcome == replication::CompletedChunk::Outcome::kDelivered &&
+      !chunk.survivors.empty()) {
+    std::vector<replication::ChangeEvent> reads = ReadEvents(chunk);
+    // Tracked first: an ack of a READ event must find it delivered.
+    absl::Status tracked =
+        tracker_.load()->OnAppended(chunk.high_watermark.commit_lsn,
+                                    static_cast<uint32_t>(reads.size()));
+    if (!tracked.ok()) {
+      chunk.outcome = replication::CompletedChunk::Outcome::kRetry;
+      chunk.retry_reason = std::string(tracked.message());
+      backfills_->OnCompleted(chunk, EventId{}, 0);
+      return;
+    }
+    for (const replication::ChangeEvent& read : reads) {
+      BufferedEvent event = encoder_.Encode(read);
+      event.key.audience = chunk.consumer;
+      absl::Status appended = registry_.Append(std::move(event));
+      if (!appended.ok()) StreamLogger()->error("stream {}: {}", name(), appended.ToString());
+    }
+    backfills_->OnCompleted(chunk, ChunkBoundary(chunk, reads.size()), reads.size());
+    return;
+  }
+  backfills_->OnCompleted(chunk, ChunkBoundary(chunk, 0), 0);
+}
 
 void StreamRuntime::OnDrained() {
   // Waking waiting sessions here rather than per event lets one frame carry what

@@ -38,6 +38,8 @@
 #include "replication/ack_tracker.h"
 #include "replication/event_id.h"
 #include "replication/stream_source.h"
+#include "replication/backfill_window.h"
+#include "server/backfill/backfill_runner.h"
 #include "server/consumer_registry.h"
 #include "server/event_encoder.h"
 #include "server/retention_options.h"
@@ -66,6 +68,7 @@ struct RuntimeOptions {
   // An idle session's next progress frame is due then: call Tick() by that time
   // (see ConsumerRegistry::Options::progress_due). Unset: Tick's caller's period.
   std::function<void(absl::Time)> progress_due;
+  BackfillOptions backfill;
 };
 
 struct AckOutcome {
@@ -164,6 +167,9 @@ class StreamRuntime : public replication::StreamSink {
   // Wakes sessions whose progress frame is due; the server calls it periodically.
   void Tick();
 
+  // The stream's backfills; null when its source cannot backfill.
+  BackfillRunner* backfills() const { return backfills_.get(); }
+
   // StreamSink (reader thread).
   bool HasRoom() override;
   void OnEvent(replication::ChangeEvent event) override;
@@ -181,6 +187,9 @@ class StreamRuntime : public replication::StreamSink {
   // registry marks it and ends its session, its acks in flight land, the mark
   // is stored, then it stops holding the stream. Blocks on the store.
   void DetachLaggard(const std::string& consumer);
+  // Reader thread: a chunk's high watermark committed: its READ events go to
+  // the buffer for its consumer only, then the runner hears of it.
+  void DeliverChunk(replication::CompletedChunk& chunk);
 
   const RuntimeOptions options_;
   const std::unique_ptr<replication::StreamSource> source_;
@@ -193,6 +202,11 @@ class StreamRuntime : public replication::StreamSink {
   std::atomic<uint64_t> stream_start_{0};  // The plan's start LSN, for status.
   std::atomic<uint64_t> connections_{0};   // OnConnected calls.
   ConsumerRegistry registry_;
+  replication::BackfillWindows windows_;
+  // Non-zero while the stream is prepared here (see BackfillRunner::Hooks).
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> generations_{0};
+  std::unique_ptr<BackfillRunner> backfills_;
   std::unique_ptr<RetentionWorker> retention_;
   StreamSupervisor supervisor_;
   std::unique_ptr<SlotMonitor> slot_monitor_;  // Reads source_; goes first.

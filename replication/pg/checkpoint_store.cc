@@ -29,22 +29,6 @@ bool IsCreationRace(const absl::Status& status) {
 }
 constexpr int kCreateAttempts = 3;
 
-// `{"a","b"}`: a text[] literal. Every element is double-quoted, so only `"` and
-// `\` need escaping, and names such as NULL, {} or "a,b" stay literal.
-std::string ArrayLiteral(const std::vector<std::string>& elements) {
-  std::string out = "{";
-  for (size_t i = 0; i < elements.size(); ++i) {
-    if (i > 0) out += ',';
-    out += '"';
-    for (char c : elements[i]) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
-    }
-    out += '"';
-  }
-  out += '}';
-  return out;
-}
 
 // Exec's messages start with the statement text; replace that with `what` so a
 // failed write reads "committing checkpoints of stream s: ..." rather than quoting

@@ -3,6 +3,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "replication/pg/pg_backfill_database.h"
 #include "replication/pg/slot_report.h"
 
 namespace walfeed::replication::pg {
@@ -116,6 +117,12 @@ ReaderStats PgStreamSource::totals() const {
   ReaderStats current = reader->stats();
   current.AddEarlier(totals);
   return current;
+}
+
+std::unique_ptr<BackfillDatabase> PgStreamSource::NewBackfillDatabase() {
+  return std::make_unique<PgBackfillDatabase>(options_.config.conninfo,
+                                              options_.checkpoint_conninfo,
+                                              options_.checkpoint_schema);
 }
 
 absl::StatusOr<SlotReport> PgStreamSource::ReadSlot() {

@@ -34,6 +34,7 @@ class PgStreamSource final : public StreamSource {
   ReaderStats stats() const override ABSL_LOCKS_EXCLUDED(mu_);
   ReaderStats totals() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<SlotReport> ReadSlot() override;
+  std::unique_ptr<BackfillDatabase> NewBackfillDatabase() override;
   absl::StatusOr<bool> TryLead() override ABSL_LOCKS_EXCLUDED(lead_mu_);
   absl::Status CheckLead() override ABSL_LOCKS_EXCLUDED(lead_mu_);
   void Resign() override ABSL_LOCKS_EXCLUDED(lead_mu_);

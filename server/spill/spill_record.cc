@@ -113,6 +113,9 @@ uint32_t Crc32c(absl::string_view bytes, uint32_t crc) {
 uint32_t Crc32c(absl::string_view bytes, uint32_t crc) { return Crc32cPortable(bytes, crc); }
 #endif
 
+// Set in the operation byte when an audience follows the tables.
+constexpr uint8_t kAudienceBit = 0x80;
+
 absl::Status EncodeRecord(const BufferedEvent& event, std::string* out) {
   if (event.key.tables.size() > 0xffff) {
     return absl::InvalidArgumentError("an event names more than 65535 tables");
@@ -122,7 +125,11 @@ absl::Status EncodeRecord(const BufferedEvent& event, std::string* out) {
   PutU32(out, 0);
   PutU64(out, event.id.commit_lsn.value());
   PutU32(out, event.id.index);
-  out->push_back(static_cast<char>(static_cast<uint8_t>(event.key.op)));
+  if (event.key.audience.size() > 0xffff) {
+    return absl::InvalidArgumentError("an event's audience is longer than 65535 bytes");
+  }
+  const uint8_t audience_bit = event.key.audience.empty() ? 0 : kAudienceBit;
+  out->push_back(static_cast<char>(static_cast<uint8_t>(event.key.op) | audience_bit));
   PutU16(out, static_cast<uint16_t>(event.key.tables.size()));
   for (const auto& [schema, table] : event.key.tables) {
     if (schema.size() > 0xffff || table.size() > 0xffff) {
@@ -133,6 +140,10 @@ absl::Status EncodeRecord(const BufferedEvent& event, std::string* out) {
     out->append(schema);
     PutU16(out, static_cast<uint16_t>(table.size()));
     out->append(table);
+  }
+  if (audience_bit != 0) {
+    PutU16(out, static_cast<uint16_t>(event.key.audience.size()));
+    out->append(event.key.audience);
   }
   out->append(event.serialized);
   const size_t body = out->size() - start - kRecordHeaderBytes;
@@ -179,6 +190,8 @@ absl::Status DecodeRecord(absl::string_view record, BufferedEvent* event) {
   if (!cursor.U64(&lsn) || !cursor.U32(&index) || !cursor.U8(&op) || !cursor.U16(&tables)) {
     return Malformed("the event's id or key is cut short");
   }
+  const bool has_audience = (op & kAudienceBit) != 0;
+  op &= ~kAudienceBit;
   if (!walfeed::v1::Operation_IsValid(op)) return Malformed(absl::StrCat("operation ", op));
   BufferedEvent decoded;
   decoded.id = EventId{replication::Lsn(lsn), index};
@@ -191,6 +204,10 @@ absl::Status DecodeRecord(absl::string_view record, BufferedEvent* event) {
       return Malformed("a table name is cut short");
     }
     decoded.key.tables.push_back(std::move(table));
+  }
+  uint16_t audience = 0;
+  if (has_audience && (!cursor.U16(&audience) || !cursor.Bytes(audience, &decoded.key.audience))) {
+    return Malformed("the audience is cut short");
   }
   decoded.serialized = std::string(cursor.Rest());
   decoded.bytes = BufferedBytes(decoded);

@@ -6,6 +6,7 @@
 //     u64 commit_lsn, u32 index           the event's id
 //     u8  operation, u16 table_count      its FilterKey ...
 //     table_count × (u16 len, schema, u16 len, table)
+//     u16 len, audience                   only when bit 7 of operation is set
 //     the serialized walfeed.v1.ChangeEvent (the rest of the body)
 //
 // The checksum covers every byte a session would act on, so a torn or flipped

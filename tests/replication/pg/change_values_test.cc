@@ -85,6 +85,7 @@ std::string Describe(const ChangeEvent& event) {
     case Op::kInsert:
     case Op::kUpdate:
     case Op::kDelete:
+    case Op::kRead:
       return absl::StrCat(OpName(event.op), " ",
                           event.relation == nullptr ? "<no relation>" : event.relation->table);
     case Op::kTruncate: {
