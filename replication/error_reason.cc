@@ -40,7 +40,8 @@ std::vector<absl::string_view> AllReasons() {
           kInvalidRequest,
           kUnauthenticated,
           kPermissionDenied,
-          kCheckpointWriteRefused, kStandby, kOther};
+          kCheckpointWriteRefused, kStandby, kBackfillNotFound,
+          kBackfillRunning, kTableNotBackfillable, kOther};
 }
 
 absl::Status WithReason(absl::Status status, absl::string_view reason) {

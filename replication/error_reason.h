@@ -50,6 +50,9 @@ inline constexpr absl::string_view kStreamFailed = "STREAM_FAILED";
 inline constexpr absl::string_view kInvalidRequest = "INVALID_REQUEST";
 inline constexpr absl::string_view kUnauthenticated = "UNAUTHENTICATED";
 inline constexpr absl::string_view kPermissionDenied = "PERMISSION_DENIED";
+inline constexpr absl::string_view kBackfillNotFound = "BACKFILL_NOT_FOUND";
+inline constexpr absl::string_view kBackfillRunning = "BACKFILL_RUNNING";
+inline constexpr absl::string_view kTableNotBackfillable = "TABLE_NOT_BACKFILLABLE";
 // Sent for an error no more specific reason was attached to.
 inline constexpr absl::string_view kOther = "OTHER";
 

@@ -33,9 +33,6 @@ absl::Status ValidateName(absl::string_view field, absl::string_view name) {
       reason::kInvalidRequest, {{"field", std::string(field)}});
 }
 
-absl::Status ValidateConsumerName(absl::string_view consumer) {
-  return ValidateName("consumer", consumer);
-}
 
 // The id from the Subscribe's `started` frame (32 hex digits); anything empty or
 // far longer is a client bug, not a superseded session.
@@ -155,6 +152,10 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 };
 
 }  // namespace
+
+absl::Status ValidateConsumerName(absl::string_view consumer) {
+  return ValidateName("consumer", consumer);
+}
 
 ChangeStreamService::ChangeStreamService(std::map<std::string, StreamRuntime*> streams,
                                          const TokenAuthorizer* authorizer, WorkerPool* pool,
@@ -439,6 +440,11 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
         consumer->set_held_bytes(c.held_bytes);
         consumer->set_detached(c.detached);
         consumer->set_lag_bytes(LagBytes(snapshot, c, server_lsn));
+      }
+      if (runtime->backfills() != nullptr) {
+        for (const BackfillView& view : runtime->backfills()->List(/*running_only=*/true)) {
+          BackfillToProto(view, stream->add_backfills());
+        }
       }
     }
     calls_.Finish(call, grpc::Status::OK, [&] { response->Swap(&built); });

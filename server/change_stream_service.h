@@ -30,12 +30,18 @@
 
 namespace walfeed::server {
 
-using ChangeStreamBase = walfeed::v1::ChangeStream::WithRawCallbackMethod_Subscribe<
-    walfeed::v1::ChangeStream::WithCallbackMethod_Ack<
-        walfeed::v1::ChangeStream::WithCallbackMethod_GetStatus<
-            walfeed::v1::ChangeStream::WithCallbackMethod_RemoveConsumer<
-                walfeed::v1::ChangeStream::WithCallbackMethod_ResetConsumer<
-                    walfeed::v1::ChangeStream::Service>>>>>;
+using Rpc = walfeed::v1::ChangeStream;
+using ChangeStreamBase = Rpc::WithRawCallbackMethod_Subscribe<Rpc::WithCallbackMethod_Ack<
+    Rpc::WithCallbackMethod_GetStatus<Rpc::WithCallbackMethod_RemoveConsumer<
+        Rpc::WithCallbackMethod_ResetConsumer<Rpc::WithCallbackMethod_StartBackfill<
+            Rpc::WithCallbackMethod_GetBackfill<Rpc::WithCallbackMethod_ListBackfills<
+                Rpc::WithCallbackMethod_CancelBackfill<Rpc::Service>>>>>>>>>;
+
+// A consumer name as requests carry it (1-63 of [A-Za-z0-9_.-]); INVALID_ARGUMENT
+// naming the field otherwise.
+absl::Status ValidateConsumerName(absl::string_view consumer);
+// A backfill as the API shows it.
+void BackfillToProto(const BackfillView& view, walfeed::v1::Backfill* out);
 
 class ChangeStreamService final : public ChangeStreamBase {
  public:
@@ -66,6 +72,20 @@ class ChangeStreamService final : public ChangeStreamBase {
   grpc::ServerUnaryReactor* ResetConsumer(grpc::CallbackServerContext* context,
                                           const walfeed::v1::ResetConsumerRequest* request,
                                           walfeed::v1::ResetConsumerResponse* response) override;
+  // Backfills (backfill_calls.cc): Start and Cancel run on `pool`, Get and
+  // List answer from memory.
+  grpc::ServerUnaryReactor* StartBackfill(grpc::CallbackServerContext* context,
+                                          const walfeed::v1::StartBackfillRequest* request,
+                                          walfeed::v1::Backfill* response) override;
+  grpc::ServerUnaryReactor* GetBackfill(grpc::CallbackServerContext* context,
+                                        const walfeed::v1::GetBackfillRequest* request,
+                                        walfeed::v1::Backfill* response) override;
+  grpc::ServerUnaryReactor* ListBackfills(grpc::CallbackServerContext* context,
+                                          const walfeed::v1::ListBackfillsRequest* request,
+                                          walfeed::v1::ListBackfillsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelBackfill(grpc::CallbackServerContext* context,
+                                           const walfeed::v1::CancelBackfillRequest* request,
+                                           walfeed::v1::Backfill* response) override;
 
   // Every call still being answered, and every later one, ends with `why`
   // (UNAVAILABLE: the server is stopping), never with gRPC's CANCELLED.
@@ -89,6 +109,9 @@ class ChangeStreamService final : public ChangeStreamBase {
   absl::Status Authorize(grpc::CallbackServerContext* context, Right right,
                          absl::string_view stream) const;
   absl::StatusOr<StreamRuntime*> Find(absl::string_view stream) const;
+  // The stream's backfill runner, after authorizing `right`.
+  absl::StatusOr<BackfillRunner*> Backfills(grpc::CallbackServerContext* context, Right right,
+                                            absl::string_view stream) const;
 
   const std::map<std::string, StreamRuntime*> streams_;
   const TokenAuthorizer* const authorizer_;

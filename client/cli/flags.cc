@@ -170,6 +170,7 @@ std::string MainUsage() {
       "  status   show streams, slots and consumers\n"
       "  remove-consumer  forget a consumer that is gone for good\n"
       "  reset-consumer   move a consumer's checkpoint forward (skip events)\n"
+      "  backfill start|status|cancel   a table's current rows for one consumer\n"
       "  help     this help; `walfeed <command> --help` for a command's flags\n"
       "  version  print the version\n"
       "\n",
@@ -199,7 +200,8 @@ std::string TailUsage() {
       "  --start earliest|latest  where a consumer new to the server starts: the oldest\n"
       "                         event held (default) or after the newest\n"
       "  --tables LIST          only these schema.table globs, comma-separated (a.b,c.*)\n"
-      "  --ops LIST             only these operations: insert,update,delete,truncate,message\n"
+      "  --ops LIST             only these operations: insert,update,delete,truncate,message,\n"
+      "                         read (a backfill's rows)\n"
       "  --ack                  ack each event once it is printed (and flushed), and what\n"
       "                         --tables/--ops left out (needs --consumer)\n"
       "  --count N              exit after printing N events\n"
@@ -288,7 +290,38 @@ std::string ResetConsumerUsage() {
       kCommonHelp, "\n", kExitHelp);
 }
 
+std::string BackfillUsage() {
+  return absl::StrCat(
+      "usage: walfeed backfill start --stream S --consumer C --table SCHEMA.TABLE\n"
+      "                              [--where SQL] [--chunk-rows N] [--wait] [flags]\n"
+      "       walfeed backfill status --stream S [--id ID] [--format table|json] [flags]\n"
+      "       walfeed backfill cancel --stream S --id ID [flags]\n"
+      "\n"
+      "A backfill delivers the current rows of a published table to one durable\n"
+      "consumer as READ events, between its change events, while the stream keeps\n"
+      "flowing; no other consumer sees them. Rows are read in key order in chunks;\n"
+      "after a restart the backfill resumes after the last chunk the consumer\n"
+      "acked. Apply READ and change events by key, in order: the result is the\n"
+      "table. See docs/snapshots.md. start and cancel need a token with the admin\n"
+      "right when the server checks tokens.\n"
+      "\n"
+      "  --stream S             the stream (required)\n"
+      "  --consumer C           start: the consumer receiving the rows (it must have\n"
+      "                         subscribed once)\n"
+      "  --table SCHEMA.TABLE   start: the table (must be in the stream's publications\n"
+      "                         and have a primary key or unique not-null key)\n"
+      "  --where SQL            start: only rows where this predicate holds\n"
+      "  --chunk-rows N         start: rows per chunk (default: the server's, 10000)\n"
+      "  --wait                 start: print progress every second until it ends\n"
+      "  --id ID                status: one backfill (default: all); cancel: required\n"
+      "  --format table|json    status: a table (default) or the response as JSON\n"
+      "  --timeout SECONDS      how long to wait for each answer (default 30)\n"
+      "\n",
+      kCommonHelp, "\n", kExitHelp);
+}
+
 std::string UsageFor(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "backfill") return BackfillUsage();
   if (!args.empty() && args[0] == "reset-consumer") return ResetConsumerUsage();
   if (!args.empty() && args[0] == "tail") return TailUsage();
   if (!args.empty() && args[0] == "status") return StatusUsage();
@@ -467,6 +500,67 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
                                 "--yes to confirm"));
     }
     invocation.command = Command::kResetConsumer;
+    return invocation;
+  }
+  if (command == "backfill") {
+    BackfillFlags& backfill = invocation.backfill;
+    const std::string action = args.size() > 1 ? args[1] : "";
+    if (action == "--help" || action == "-h") {
+      invocation.command = Command::kHelp;
+      invocation.help = BackfillUsage();
+      return invocation;
+    }
+    if (action == "start") {
+      backfill.action = BackfillFlags::Action::kStart;
+    } else if (action == "status") {
+      backfill.action = BackfillFlags::Action::kStatus;
+    } else if (action == "cancel") {
+      backfill.action = BackfillFlags::Action::kCancel;
+    } else {
+      return Usage(action.empty() ? "backfill needs an action: start, status or cancel"
+                                  : absl::StrCat("unknown backfill action \"", action,
+                                                 "\": expected start, status or cancel"));
+    }
+    FlagSet flags;
+    AddCommon(&backfill.common, &flags);
+    flags.with_value["--stream"] = Text(&backfill.stream);
+    flags.with_value["--timeout"] = Timeout(&backfill.timeout);
+    if (backfill.action == BackfillFlags::Action::kStart) {
+      flags.with_value["--consumer"] = Text(&backfill.consumer);
+      flags.with_value["--table"] = Text(&backfill.table);
+      flags.with_value["--where"] = Text(&backfill.where);
+      flags.with_value["--chunk-rows"] = [&backfill](const std::string& v) {
+        if (!absl::SimpleAtoi(v, &backfill.chunk_rows) || backfill.chunk_rows == 0) {
+          return Usage(absl::StrCat("--chunk-rows: \"", v, "\" is not a positive number"));
+        }
+        return absl::OkStatus();
+      };
+      flags.switches["--wait"] = [&backfill] { backfill.wait = true; };
+    } else {
+      flags.with_value["--id"] = Text(&backfill.id);
+    }
+    if (backfill.action == BackfillFlags::Action::kStatus) {
+      flags.with_value["--format"] = [&backfill](const std::string& v) {
+        if (v != "table" && v != "json") return Usage("--format: expected table or json");
+        backfill.json = v == "json";
+        return absl::OkStatus();
+      };
+    }
+    if (absl::Status parsed = ParseFlags(args, 2, flags, &help); !parsed.ok()) return parsed;
+    if (help) {
+      invocation.command = Command::kHelp;
+      invocation.help = BackfillUsage();
+      return invocation;
+    }
+    if (backfill.stream.empty()) return Usage("--stream is required");
+    if (backfill.action == BackfillFlags::Action::kStart) {
+      if (backfill.consumer.empty()) return Usage("--consumer is required");
+      if (backfill.table.empty()) return Usage("--table is required (schema.table)");
+    }
+    if (backfill.action == BackfillFlags::Action::kCancel && backfill.id.empty()) {
+      return Usage("--id is required");
+    }
+    invocation.command = Command::kBackfill;
     return invocation;
   }
   return Usage(absl::StrCat("unknown command \"", command, "\""));

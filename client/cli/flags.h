@@ -88,7 +88,30 @@ struct ResetConsumerFlags {
   absl::Duration timeout = absl::Seconds(30);
 };
 
-enum class Command { kHelp, kVersion, kTail, kStatus, kRemoveConsumer, kResetConsumer };
+// walfeed backfill start|status|cancel.
+struct BackfillFlags {
+  CommonFlags common;
+  enum class Action { kStart, kStatus, kCancel } action = Action::kStatus;
+  std::string stream;
+  std::string consumer;  // start
+  std::string table;     // start: schema.table
+  std::string where;     // start
+  uint32_t chunk_rows = 0;  // start; 0: the server's default
+  std::string id;        // status (optional: every backfill), cancel
+  bool wait = false;     // start: wait until it is done, printing progress
+  bool json = false;
+  absl::Duration timeout = absl::Seconds(30);
+};
+
+enum class Command {
+  kHelp,
+  kVersion,
+  kTail,
+  kStatus,
+  kRemoveConsumer,
+  kResetConsumer,
+  kBackfill
+};
 
 struct Invocation {
   Command command = Command::kHelp;
@@ -97,6 +120,7 @@ struct Invocation {
   StatusFlags status;
   RemoveConsumerFlags remove_consumer;
   ResetConsumerFlags reset_consumer;
+  BackfillFlags backfill;
 };
 
 // A usage error: InvalidArgument whose message says what is wrong; UsageFor
@@ -109,6 +133,7 @@ std::string TailUsage();
 std::string StatusUsage();
 std::string RemoveConsumerUsage();
 std::string ResetConsumerUsage();
+std::string BackfillUsage();
 // The usage text for the command named first in `args` (MainUsage if none).
 std::string UsageFor(const std::vector<std::string>& args);
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -281,6 +282,8 @@ std::string OperationName(walfeed::v1::Operation op) {
       return "truncate";
     case walfeed::v1::OPERATION_MESSAGE:
       return "message";
+    case walfeed::v1::OPERATION_READ:
+      return "read";
     default:
       return "unspecified";
   }
@@ -291,12 +294,12 @@ absl::StatusOr<walfeed::v1::Operation> ParseOperation(absl::string_view name) {
   for (walfeed::v1::Operation op :
        {walfeed::v1::OPERATION_INSERT, walfeed::v1::OPERATION_UPDATE,
         walfeed::v1::OPERATION_DELETE, walfeed::v1::OPERATION_TRUNCATE,
-        walfeed::v1::OPERATION_MESSAGE}) {
+        walfeed::v1::OPERATION_MESSAGE, walfeed::v1::OPERATION_READ}) {
     if (lower == OperationName(op)) return op;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown operation \"", absl::CHexEscape(name),
-      "\": expected insert, update, delete, truncate or message"));
+      "\": expected insert, update, delete, truncate, message or read"));
 }
 
 std::string EventJson(const ChangeEvent& event) {
@@ -447,6 +450,43 @@ std::string StatusJson(const walfeed::v1::GetStatusResponse& response) {
   // Printing a generated message whose descriptor is compiled in cannot fail.
   (void)google::protobuf::util::MessageToJsonString(response, &json, options);
   return json + "\n";
+}
+
+}  // namespace walfeed::cli
+
+namespace walfeed::cli {
+
+std::string BackfillLine(const walfeed::v1::Backfill& backfill) {
+  const std::string name = absl::AsciiStrToLower(walfeed::v1::BackfillState_Name(backfill.state()));
+  const absl::string_view state = absl::StripPrefix(name, "backfill_state_");
+  std::string out = absl::StrCat("backfill ", backfill.id(), " of ", backfill.table().schema(),
+                                 ".", backfill.table().table(), " for ", backfill.consumer(),
+                                 ": ", state, ", ", backfill.rows(), " rows in ",
+                                 backfill.chunks(), " chunks");
+  if (backfill.superseded_rows() > 0) {
+    absl::StrAppend(&out, " (", backfill.superseded_rows(), " superseded by the stream)");
+  }
+  if (backfill.state() == walfeed::v1::BACKFILL_STATE_RUNNING) {
+    if (backfill.rows_per_second() > 0) {
+      absl::StrAppend(&out, ", ", static_cast<uint64_t>(backfill.rows_per_second()), " rows/s");
+    }
+    if (backfill.eta_seconds() > 0) absl::StrAppend(&out, ", about ", backfill.eta_seconds(), " s left");
+  }
+  if (backfill.last_key_size() > 0) {
+    absl::StrAppend(&out, ", last key (", absl::StrJoin(backfill.key_columns(), ", "), ") = (",
+                    absl::StrJoin(backfill.last_key(), ", "), ")");
+  }
+  if (!backfill.where().empty()) absl::StrAppend(&out, ", where ", backfill.where());
+  if (!backfill.error().empty()) absl::StrAppend(&out, ": ", backfill.error());
+  return out;
+}
+
+std::string MessageJson(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
 }
 
 }  // namespace walfeed::cli

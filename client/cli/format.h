@@ -66,6 +66,12 @@ std::string StatusTable(const walfeed::v1::GetStatusResponse& response);
 // a newline; every field present, defaults included, so scripts need no fallbacks.
 std::string StatusJson(const walfeed::v1::GetStatusResponse& response);
 
+// One backfill in a line: id, table, consumer, state, rows, chunks, rate, ETA,
+// last key (and the error of a failed one).
+std::string BackfillLine(const walfeed::v1::Backfill& backfill);
+// Any response as one JSON object (proto3 JSON names).
+std::string MessageJson(const google::protobuf::Message& message);
+
 }  // namespace walfeed::cli
 
 #endif  // WALFEED_CLIENT_CLI_FORMAT_H_

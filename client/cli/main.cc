@@ -2,7 +2,7 @@
 // JSON object or text line each) through walfeed::Subscriber, so it reconnects
 // and resumes like any consumer; `walfeed status` prints GetStatus as tables or
 // JSON; `walfeed remove-consumer` calls RemoveConsumer; `walfeed reset-consumer`
-// calls ResetConsumer.
+// calls ResetConsumer; `walfeed backfill` starts, shows and cancels backfills.
 // Flags, output formats and exit codes: client/cli/flags.h, client/cli/format.h,
 // `walfeed --help`.
 //
@@ -415,6 +415,84 @@ int ResetConsumer(const ResetConsumerFlags& flags) {
   return kExitOk;
 }
 
+// Prints `backfill`'s line (or JSON); the exit code for how it stands.
+int PrintBackfill(const walfeed::v1::Backfill& backfill, bool json) {
+  std::cout << (json ? MessageJson(backfill) : BackfillLine(backfill)) << std::endl;
+  return backfill.state() == walfeed::v1::BACKFILL_STATE_FAILED ||
+                 backfill.state() == walfeed::v1::BACKFILL_STATE_CANCELLED
+             ? kExitRuntime
+             : kExitOk;
+}
+
+int Backfill(const BackfillFlags& flags) {
+  UnaryCall call;
+  if (absl::Status prepared = PrepareCall(flags.common, flags.timeout, &call); !prepared.ok()) {
+    return Fail(prepared);
+  }
+  walfeed::v1::Backfill backfill;
+  switch (flags.action) {
+    case BackfillFlags::Action::kStart: {
+      walfeed::v1::StartBackfillRequest request;
+      request.set_stream(flags.stream);
+      request.set_consumer(flags.consumer);
+      request.set_table(flags.table);
+      request.set_where(flags.where);
+      request.set_chunk_rows(flags.chunk_rows);
+      const grpc::Status status = call.stub->StartBackfill(&call.context, request, &backfill);
+      if (!status.ok()) return Fail(CallError(status, "StartBackfill", flags.common, call));
+      break;
+    }
+    case BackfillFlags::Action::kCancel: {
+      walfeed::v1::CancelBackfillRequest request;
+      request.set_stream(flags.stream);
+      request.set_id(flags.id);
+      const grpc::Status status = call.stub->CancelBackfill(&call.context, request, &backfill);
+      if (!status.ok()) return Fail(CallError(status, "CancelBackfill", flags.common, call));
+      break;
+    }
+    case BackfillFlags::Action::kStatus: {
+      if (flags.id.empty()) {
+        walfeed::v1::ListBackfillsRequest request;
+        request.set_stream(flags.stream);
+        walfeed::v1::ListBackfillsResponse response;
+        const grpc::Status status = call.stub->ListBackfills(&call.context, request, &response);
+        if (!status.ok()) return Fail(CallError(status, "ListBackfills", flags.common, call));
+        if (flags.json) {
+          std::cout << MessageJson(response) << std::endl;
+        } else if (response.backfills().empty()) {
+          std::cout << "stream " << flags.stream << " has no backfills" << std::endl;
+        }
+        for (const walfeed::v1::Backfill& one : response.backfills()) {
+          if (!flags.json) std::cout << BackfillLine(one) << std::endl;
+        }
+        return kExitOk;
+      }
+      walfeed::v1::GetBackfillRequest request;
+      request.set_stream(flags.stream);
+      request.set_id(flags.id);
+      const grpc::Status status = call.stub->GetBackfill(&call.context, request, &backfill);
+      if (!status.ok()) return Fail(CallError(status, "GetBackfill", flags.common, call));
+      break;
+    }
+  }
+  if (!flags.wait) return PrintBackfill(backfill, flags.json);
+  // --wait: one line a second until it ends.
+  while (backfill.state() == walfeed::v1::BACKFILL_STATE_RUNNING) {
+    std::cout << BackfillLine(backfill) << std::endl;
+    absl::SleepFor(absl::Seconds(1));
+    UnaryCall poll;
+    if (absl::Status prepared = PrepareCall(flags.common, flags.timeout, &poll); !prepared.ok()) {
+      return Fail(prepared);
+    }
+    walfeed::v1::GetBackfillRequest request;
+    request.set_stream(flags.stream);
+    request.set_id(backfill.id());
+    const grpc::Status status = poll.stub->GetBackfill(&poll.context, request, &backfill);
+    if (!status.ok()) return Fail(CallError(status, "GetBackfill", flags.common, poll));
+  }
+  return PrintBackfill(backfill, flags.json);
+}
+
 int Main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<Invocation> invocation = ParseCommandLine(args);
@@ -444,6 +522,8 @@ int Main(int argc, char** argv) {
       return RemoveConsumer(invocation->remove_consumer);
     case Command::kResetConsumer:
       return ResetConsumer(invocation->reset_consumer);
+    case Command::kBackfill:
+      return Backfill(invocation->backfill);
   }
   return kExitUsage;
 }

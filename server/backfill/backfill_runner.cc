@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "replication/error_reason.h"
 #include "replication/retry.h"
 #include "server/stream_log.h"
 
@@ -14,8 +15,35 @@ namespace walfeed::server {
 
 using replication::BackfillState;
 using replication::ChunkRecord;
+namespace reason = replication::reason;
 
 namespace {
+
+// A planning error with the reason a client branches on.
+absl::Status PlanError(const absl::Status& why, const std::string& stream,
+                       const replication::TableName& table) {
+  if (replication::IsTransient(why)) {
+    return reason::WithReason(
+        absl::UnavailableError(absl::StrCat("could not plan the backfill: ", why.message(),
+                                            "; retry")),
+        reason::kStreamNotReady, {{"stream", stream}});
+  }
+  if (why.code() == absl::StatusCode::kInvalidArgument) {
+    return reason::WithReason(why, reason::kInvalidRequest, {{"field", "where"}});
+  }
+  if (why.code() == absl::StatusCode::kNotFound ||
+      why.code() == absl::StatusCode::kFailedPrecondition) {
+    return reason::WithReason(why, reason::kTableNotBackfillable,
+                              {{"stream", stream}, {"table", table.schema + "." + table.table}});
+  }
+  return why;
+}
+
+absl::Status NoBackfill(const std::string& stream, const std::string& id) {
+  return reason::WithReason(
+      absl::NotFoundError(absl::StrCat("stream ", stream, " has no backfill ", id)),
+      reason::kBackfillNotFound, {{"stream", stream}, {"backfill", id}});
+}
 
 uint64_t IdNumber(const std::string& id) {
   uint64_t number = 0;
@@ -69,37 +97,45 @@ absl::StatusOr<BackfillView> BackfillRunner::Begin(const std::string& consumer,
                                                    uint32_t chunk_rows) {
   if (chunk_rows == 0) chunk_rows = options_.default_chunk_rows;
   if (chunk_rows > options_.max_chunk_rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk_rows ", chunk_rows, " is out of range: 1 to ", options_.max_chunk_rows,
-        ", or 0 for the default (", options_.default_chunk_rows, ")"));
+    return reason::WithReason(
+        absl::InvalidArgumentError(absl::StrCat(
+            "chunk_rows ", chunk_rows, " is out of range: 1 to ", options_.max_chunk_rows,
+            ", or 0 for the default (", options_.default_chunk_rows, ")")),
+        reason::kInvalidRequest, {{"field", "chunk_rows"}});
   }
   const uint64_t generation = hooks_.generation();
   {
     absl::MutexLock lock(&mu_);
     if (generation == 0 || loaded_generation_ != generation) {
-      return absl::UnavailableError(absl::StrCat(
-          "stream ", stream_, " is not streaming on this instance yet (connecting, loading its "
-          "backfills, or a standby): retry, or call the active instance"));
+      return reason::WithReason(
+          absl::UnavailableError(absl::StrCat(
+              "stream ", stream_, " is not streaming on this instance yet (connecting, loading "
+              "its backfills, or a standby): retry, or call the active instance")),
+          reason::kStreamNotReady, {{"stream", stream_}});
     }
     for (const auto& [number, job] : jobs_) {
       if (job.record.state == BackfillState::kRunning && job.record.consumer == consumer &&
           job.record.table == table) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "backfill ", job.record.id, " of ", table.Quoted(), " for consumer ", consumer,
-            " is running; cancel it first (walfeed backfill cancel ", job.record.id, ")"));
+        return reason::WithReason(
+            absl::AlreadyExistsError(absl::StrCat(
+                "backfill ", job.record.id, " of ", table.Quoted(), " for consumer ", consumer,
+                " is running; cancel it first (walfeed backfill cancel ", job.record.id, ")")),
+            reason::kBackfillRunning, {{"stream", stream_}, {"backfill", job.record.id}});
       }
     }
   }
   absl::StatusOr<EventId> checkpoint = hooks_.checkpoint(consumer);
   if (!checkpoint.ok()) {
-    return absl::NotFoundError(absl::StrCat(
-        "stream ", stream_, " has no consumer ", consumer,
-        ": subscribe once as that consumer first, so the server holds its events"));
+    return reason::WithReason(
+        absl::NotFoundError(absl::StrCat(
+            "stream ", stream_, " has no consumer ", consumer,
+            ": subscribe once as that consumer first, so the server holds its events")),
+        reason::kConsumerNotFound, {{"stream", stream_}, {"consumer", consumer}});
   }
   absl::MutexLock rpc(&rpc_mu_);
   if (rpc_db_ == nullptr) rpc_db_ = databases_();
   absl::StatusOr<replication::BackfillTable> plan = rpc_db_->Plan(publications_, table, where);
-  if (!plan.ok()) return plan.status();
+  if (!plan.ok()) return PlanError(plan.status(), stream_, table);
   BackfillRecord record;
   record.stream = stream_;
   record.consumer = consumer;
@@ -108,7 +144,7 @@ absl::StatusOr<BackfillView> BackfillRunner::Begin(const std::string& consumer,
   record.chunk_rows = chunk_rows;
   record.key_columns = plan->key_columns;
   absl::StatusOr<BackfillRecord> created = rpc_db_->Create(std::move(record));
-  if (!created.ok()) return created.status();
+  if (!created.ok()) return PlanError(created.status(), stream_, table);
   StreamLogger()->info("stream {}: backfill {} of {} for consumer {} started (key {}, {} rows "
                        "per chunk{}{})",
                        stream_, created->id, table.Quoted(), consumer,
@@ -128,9 +164,7 @@ absl::StatusOr<BackfillView> BackfillRunner::Cancel(const std::string& id) {
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(IdNumber(id));
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(absl::StrCat("stream ", stream_, " has no backfill ", id));
-    }
+    if (it == jobs_.end()) return NoBackfill(stream_, id);
     Job& job = it->second;
     if (job.record.state != BackfillState::kRunning) return ViewLocked(job);
     job.record.state = BackfillState::kCancelled;
@@ -155,16 +189,14 @@ absl::StatusOr<BackfillView> BackfillRunner::Cancel(const std::string& id) {
   StreamLogger()->info("stream {}: backfill {} cancelled", stream_, id);
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(IdNumber(id));
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no backfill ", id));
+  if (it == jobs_.end()) return NoBackfill(stream_, id);
   return ViewLocked(it->second);
 }
 
 absl::StatusOr<BackfillView> BackfillRunner::Get(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(IdNumber(id));
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("stream ", stream_, " has no backfill ", id));
-  }
+  if (it == jobs_.end()) return NoBackfill(stream_, id);
   return ViewLocked(it->second);
 }
 

@@ -1,0 +1,394 @@
+// Backfills end to end against a real PostgreSQL 15: the rows reach only the
+// consumer that asked, a consumer that applies READ and change events by key
+// ends with the table (also while a writer changes it), the errors a user
+// meets, and cancel.
+#include <cstdlib>
+#include <map>
+#include <random>
+
+#include "absl/strings/str_join.h"
+
+#include "tests/server/e2e_harness.h"
+
+namespace walfeed::server::e2e {
+namespace {
+
+using ::walfeed::v1::Backfill;
+using ::walfeed::v1::ColumnValue;
+
+// A table as a consumer rebuilds it: READ, INSERT and UPDATE set the row under
+// its key, DELETE removes it, TRUNCATE empties it. Rows are their column texts
+// joined by tabs (NULL as \N), as ExpectedRows prints them.
+class Materialized {
+ public:
+  explicit Materialized(std::vector<std::string> key) : key_(std::move(key)) {}
+
+  void Apply(const ChangeEvent& event) {
+    switch (event.op()) {
+      case walfeed::v1::OPERATION_READ:
+      case walfeed::v1::OPERATION_INSERT:
+        rows_[KeyOf(event.new_values())] = RowOf(event.new_values());
+        break;
+      case walfeed::v1::OPERATION_UPDATE:
+        if (event.old_values_size() > 0) rows_.erase(KeyOf(event.old_values()));
+        rows_[KeyOf(event.new_values())] = RowOf(event.new_values());
+        break;
+      case walfeed::v1::OPERATION_DELETE:
+        rows_.erase(KeyOf(event.old_values()));
+        break;
+      case walfeed::v1::OPERATION_TRUNCATE:
+        rows_.clear();
+        break;
+      default:
+        break;
+    }
+  }
+  std::vector<std::string> Rows() const {
+    std::vector<std::string> rows;
+    for (const auto& [key, row] : rows_) rows.push_back(row);
+    std::sort(rows.begin(), rows.end());
+    return rows;
+  }
+
+ private:
+  static std::string Text(const ColumnValue& value) {
+    return value.kind() == walfeed::v1::VALUE_KIND_NULL ? "\\N" : value.text();
+  }
+  std::string KeyOf(const google::protobuf::RepeatedPtrField<ColumnValue>& values) const {
+    std::string key;
+    for (const std::string& name : key_) {
+      for (const ColumnValue& value : values) {
+        if (value.name() == name) absl::StrAppend(&key, Text(value), "\x1f");
+      }
+    }
+    return key;
+  }
+  static std::string RowOf(const google::protobuf::RepeatedPtrField<ColumnValue>& values) {
+    std::vector<std::string> texts;
+    for (const ColumnValue& value : values) texts.push_back(Text(value));
+    return absl::StrJoin(texts, "\t");
+  }
+
+  const std::vector<std::string> key_;
+  std::map<std::string, std::string> rows_;
+};
+
+class BackfillE2eTest : public ServerE2eTest {
+ protected:
+  grpc::Status StartBackfill(const std::string& consumer, const std::string& table,
+                             Backfill* backfill, uint32_t chunk_rows = 0,
+                             const std::string& where = "") {
+    walfeed::v1::StartBackfillRequest request;
+    request.set_stream(kStream);
+    request.set_consumer(consumer);
+    request.set_table(table);
+    request.set_chunk_rows(chunk_rows);
+    request.set_where(where);
+    grpc::ClientContext context;
+    context.set_deadline(ChronoDeadline(kDeadline));
+    return stub_->StartBackfill(&context, request, backfill);
+  }
+
+  Backfill GetBackfill(const std::string& id) {
+    walfeed::v1::GetBackfillRequest request;
+    request.set_stream(kStream);
+    request.set_id(id);
+    grpc::ClientContext context;
+    context.set_deadline(ChronoDeadline(kDeadline));
+    Backfill backfill;
+    EXPECT_THAT(stub_->GetBackfill(&context, request, &backfill), GrpcOk());
+    return backfill;
+  }
+
+  // Acks everything `subscription` received or was passed, so chunks complete.
+  void AckAll(const Subscription& subscription, const std::string& consumer, EventId* acked) {
+    EventId newest = *acked;
+    const std::vector<ChangeEvent> events = subscription.events();
+    if (!events.empty()) newest = std::max(newest, ParseId(events.back().id()));
+    const std::string passed = subscription.last_progress().passed();
+    if (!passed.empty()) newest = std::max(newest, ParseId(passed));
+    if (newest == *acked) return;
+    AckOk(subscription, consumer, newest.ToString());
+    *acked = newest;
+  }
+
+  // Acks `consumer`'s events as they come until backfill `id` has ended.
+  Backfill AckUntilEnded(const Subscription& subscription, const std::string& consumer,
+                         const std::string& id, absl::Duration timeout = absl::Seconds(120)) {
+    EventId acked;
+    Backfill backfill;
+    const bool ended = WaitUntil(
+        [&] {
+          AckAll(subscription, consumer, &acked);
+          backfill = GetBackfill(id);
+          return backfill.state() != walfeed::v1::BACKFILL_STATE_RUNNING;
+        },
+        timeout, absl::Milliseconds(20));
+    EXPECT_TRUE(ended) << backfill.ShortDebugString();
+    return backfill;
+  }
+
+  // The table's rows as Materialized prints them, `columns` in table order.
+  std::vector<std::string> ExpectedRows(const std::string& table,
+                                        const std::vector<std::string>& columns) {
+    std::vector<std::string> texts;
+    for (const std::string& column : columns) {
+      texts.push_back(absl::StrCat("coalesce(", column, "::text, '\\N')"));
+    }
+    absl::StatusOr<std::vector<std::string>> rows = pg_->Query(absl::StrCat(
+        "SELECT ", absl::StrJoin(texts, " || E'\\t' || "), " FROM ", table));
+    EXPECT_THAT(rows, IsOk());
+    std::vector<std::string> sorted = rows.value_or(std::vector<std::string>{});
+    std::sort(sorted.begin(), sorted.end());
+    return sorted;
+  }
+
+  // Waits until `subscription` received a change to table `other` with id
+  // `marker`: everything committed before it arrived too.
+  void WaitForMarker(const Subscription& subscription, const std::string& consumer, int marker) {
+    ASSERT_THAT(pg_->Exec(absl::StrCat("INSERT INTO other VALUES (", marker, ", 'marker')")),
+                IsOk());
+    EventId acked;
+    const bool seen = WaitUntil(
+        [&] {
+          AckAll(subscription, consumer, &acked);
+          for (const ChangeEvent& event : subscription.events()) {
+            if (event.table() == "other" && NewValue(event, "id") == absl::StrCat(marker)) {
+              return true;
+            }
+          }
+          return false;
+        },
+        kDeadline, absl::Milliseconds(20));
+    ASSERT_TRUE(seen) << "the marker never arrived";
+  }
+};
+
+TEST_F(BackfillE2eTest, OnlyTheAskingConsumerGetsTheRowsAndTheyRebuildTheTable) {
+  ASSERT_THAT(pg_->Exec("INSERT INTO orders SELECT i, 'item ' || i, i % 7, "
+                        "CASE WHEN i % 3 = 0 THEN NULL ELSE 'n' || i END "
+                        "FROM generate_series(1, 1000) i"),
+              IsOk());
+  StartServer(Yaml());
+  std::unique_ptr<Subscription> a = Subscribe(Request("a"));
+  std::unique_ptr<Subscription> b = Subscribe(Request("b"));
+  // A streamed change first, to compare the READ events' column metadata with.
+  InsertTransactions(5001, 1);
+  ASSERT_TRUE(a->WaitForEvents(1));
+  ASSERT_TRUE(b->WaitForEvents(1));
+
+  Backfill started;
+  ASSERT_THAT(StartBackfill("a", "public.orders", &started, 64), GrpcOk());
+  EXPECT_EQ(started.state(), walfeed::v1::BACKFILL_STATE_RUNNING);
+  EXPECT_THAT(started.key_columns(), ElementsAre("id"));
+  EXPECT_EQ(started.chunk_rows(), 64u);
+  // Running backfills show in GetStatus.
+  walfeed::v1::StreamStatus status = StreamStatusNow();
+  ASSERT_EQ(status.backfills_size(), 1);
+  EXPECT_EQ(status.backfills(0).id(), started.id());
+
+  const Backfill done = AckUntilEnded(*a, "a", started.id());
+  EXPECT_EQ(done.state(), walfeed::v1::BACKFILL_STATE_DONE) << done.error();
+  EXPECT_EQ(done.rows(), 1001u);
+  EXPECT_EQ(done.chunks(), 16u);  // 15 full chunks and one of 41.
+  EXPECT_TRUE(done.has_finished_at());
+  EXPECT_EQ(StreamStatusNow().backfills_size(), 0);
+
+  // a: the streamed insert, then every row as READ, chunk by chunk.
+  const std::vector<ChangeEvent> events = a->events();
+  Materialized table({"id"});
+  size_t reads = 0;
+  const ChangeEvent& streamed = events.front();
+  ASSERT_EQ(streamed.op(), walfeed::v1::OPERATION_INSERT);
+  EventId previous;
+  for (const ChangeEvent& event : events) {
+    const EventId id = ParseId(event.id());
+    EXPECT_LT(previous, id) << "ids must increase";
+    previous = id;
+    table.Apply(event);
+    if (event.op() != walfeed::v1::OPERATION_READ) continue;
+    ++reads;
+    EXPECT_EQ(event.xid(), 0u);
+    EXPECT_GE(event.index(), 1u) << "index 0 is the high watermark's own message";
+    EXPECT_EQ(event.schema(), "public");
+    EXPECT_EQ(event.table(), "orders");
+    EXPECT_EQ(event.old_values_size(), 0);
+    ASSERT_EQ(event.new_values_size(), streamed.new_values_size());
+    for (int c = 0; c < event.new_values_size(); ++c) {
+      EXPECT_EQ(event.new_values(c).name(), streamed.new_values(c).name());
+      EXPECT_EQ(event.new_values(c).type_oid(), streamed.new_values(c).type_oid());
+      EXPECT_EQ(event.new_values(c).type_name(), streamed.new_values(c).type_name());
+      EXPECT_EQ(event.new_values(c).key(), streamed.new_values(c).key());
+      EXPECT_NE(event.new_values(c).kind(), walfeed::v1::VALUE_KIND_UNCHANGED_TOAST);
+    }
+    if (event.last_in_transaction()) {
+      EXPECT_EQ(event.transaction_event_count(), event.index());
+    }
+  }
+  EXPECT_EQ(reads, 1001u);
+  EXPECT_EQ(table.Rows(), ExpectedRows("orders", {"id", "item", "qty", "note"}));
+
+  // b saw the streamed change and nothing of the backfill: no READ, no
+  // watermark message.
+  WaitForMarker(*b, "b", 1);
+  for (const ChangeEvent& event : b->events()) {
+    EXPECT_NE(event.op(), walfeed::v1::OPERATION_READ);
+    EXPECT_NE(event.op(), walfeed::v1::OPERATION_MESSAGE);
+  }
+  EXPECT_EQ(b->events().size(), 2u);
+
+  // ListBackfills keeps ended ones.
+  walfeed::v1::ListBackfillsRequest list;
+  list.set_stream(kStream);
+  walfeed::v1::ListBackfillsResponse listed;
+  grpc::ClientContext context;
+  ASSERT_THAT(stub_->ListBackfills(&context, list, &listed), GrpcOk());
+  ASSERT_EQ(listed.backfills_size(), 1);
+  EXPECT_EQ(listed.backfills(0).state(), walfeed::v1::BACKFILL_STATE_DONE);
+}
+
+TEST_F(BackfillE2eTest, ConvergesToTheTableWhileAWriterChangesIt) {
+  // WALFEED_BACKFILL_ROWS=1000000 for the full-size run (a command, not CI).
+  int rows = 20000;
+  if (const char* env = std::getenv("WALFEED_BACKFILL_ROWS")) (void)absl::SimpleAtoi(env, &rows);
+  ASSERT_THAT(pg_->Exec(absl::StrCat("INSERT INTO full_rows SELECT i, 'v' || i, i * 1.5 "
+                                     "FROM generate_series(1, ",
+                                     rows, ") i")),
+              IsOk());
+  StartServer(Yaml());
+  std::unique_ptr<Subscription> a = Subscribe(Request("a"));
+  Backfill started;
+  ASSERT_THAT(StartBackfill("a", "public.full_rows", &started, 1000), GrpcOk());
+
+  // Inserts past the end, updates (value and key), deletes, all over the key
+  // range, in small transactions, while the chunks are read.
+  std::atomic<bool> stop{false};
+  std::atomic<int> writes{0};
+  std::thread writer([&] {
+    PGconn* conn = PQconnectdb(pg_->ConnInfo().c_str());
+    std::mt19937 random(7);
+    std::uniform_int_distribution<int> key(1, rows);
+    int next = rows + 1;
+    while (!stop.load()) {
+      const int k = key(random);
+      std::string sql;
+      switch (random() % 4) {
+        case 0:
+          sql = absl::StrCat("INSERT INTO full_rows VALUES (", next++, ", 'new', 1)");
+          break;
+        case 1:
+          sql = absl::StrCat("UPDATE full_rows SET v = v || 'u', amount = amount + 1 WHERE id = ",
+                             k);
+          break;
+        case 2:
+          sql = absl::StrCat("UPDATE full_rows SET id = ", next++, " WHERE id = ", k);
+          break;
+        default:
+          sql = absl::StrCat("DELETE FROM full_rows WHERE id = ", k);
+      }
+      PQclear(PQexec(conn, sql.c_str()));
+      writes.fetch_add(1);
+    }
+    PQfinish(conn);
+  });
+  const Backfill done = AckUntilEnded(*a, "a", started.id());
+  stop.store(true);
+  writer.join();
+  EXPECT_EQ(done.state(), walfeed::v1::BACKFILL_STATE_DONE) << done.error();
+  EXPECT_GT(writes.load(), 0);
+  WaitForMarker(*a, "a", 1);
+
+  Materialized table({"id"});
+  for (const ChangeEvent& event : a->events()) {
+    if (event.table() == "full_rows" || event.op() == walfeed::v1::OPERATION_TRUNCATE) {
+      table.Apply(event);
+    }
+  }
+  EXPECT_EQ(table.Rows(), ExpectedRows("full_rows", {"id", "v", "amount"}));
+  std::cout << "[ figures ] " << rows << " rows backfilled with " << writes.load()
+            << " concurrent writes: " << done.rows() << " READ events, " << done.superseded_rows()
+            << " superseded by the stream, " << done.chunks() << " chunks" << std::endl;
+}
+
+TEST_F(BackfillE2eTest, RefusesWhatItCannotReadAndSaysHowToFixIt) {
+  ASSERT_THAT(pg_->Exec("CREATE TABLE nokey (a int, b text);"
+                        "CREATE TABLE uniq (a int NOT NULL, b text);"
+                        "CREATE UNIQUE INDEX uniq_a ON uniq (a)"),
+              IsOk());
+  const std::string yaml = absl::StrCat(
+      "listen: \"127.0.0.1:0\"\nplaintext: true\nstreams:\n",
+      StreamYaml(kStream, kSlot, "public.orders, public.other, public.nokey, public.uniq"));
+  StartServer(yaml);
+  std::unique_ptr<Subscription> a = Subscribe(Request("a"));
+  Backfill ignored;
+  EXPECT_THAT(StartBackfill("a", "public.nokey", &ignored),
+              GrpcIs(grpc::StatusCode::FAILED_PRECONDITION, HasSubstr("ADD PRIMARY KEY")));
+  EXPECT_THAT(StartBackfill("a", "public.uniq", &ignored),
+              GrpcIs(grpc::StatusCode::FAILED_PRECONDITION,
+                     HasSubstr("REPLICA IDENTITY USING INDEX \"uniq_a\"")));
+  EXPECT_THAT(StartBackfill("a", "public.unpublished", &ignored),
+              GrpcIs(grpc::StatusCode::FAILED_PRECONDITION, HasSubstr("ALTER PUBLICATION")));
+  EXPECT_THAT(StartBackfill("a", "public.missing", &ignored),
+              GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("no table")));
+  EXPECT_THAT(StartBackfill("nobody", "public.orders", &ignored),
+              GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("subscribe once")));
+  EXPECT_THAT(StartBackfill("a", "orders", &ignored),
+              GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("schema.table")));
+  EXPECT_THAT(StartBackfill("a", "public.orders", &ignored, 0, "no_such_column > 1"),
+              GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("no_such_column")));
+  EXPECT_THAT(StartBackfill("a", "public.orders", &ignored, 2000000),
+              GrpcIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("chunk_rows")));
+  // One running backfill per table and consumer.
+  ASSERT_THAT(pg_->Exec("INSERT INTO orders SELECT i, 'x', 1, NULL FROM generate_series(1, 50) i"),
+              IsOk());
+  Backfill first;
+  ASSERT_THAT(StartBackfill("a", "public.orders", &first, 1), GrpcOk());
+  EXPECT_THAT(StartBackfill("a", "public.orders", &ignored),
+              GrpcIs(grpc::StatusCode::ALREADY_EXISTS, HasSubstr(first.id())));
+  // Cancel: it stops (nothing acked, so it cannot have finished), and stays
+  // cancelled.
+  walfeed::v1::CancelBackfillRequest cancel;
+  cancel.set_stream(kStream);
+  cancel.set_id(first.id());
+  Backfill cancelled;
+  grpc::ClientContext context;
+  ASSERT_THAT(stub_->CancelBackfill(&context, cancel, &cancelled), GrpcOk());
+  EXPECT_EQ(cancelled.state(), walfeed::v1::BACKFILL_STATE_CANCELLED);
+  EXPECT_LE(GetBackfill(first.id()).rows(), 2u) << "at most two one-row chunks were unacked";
+  EXPECT_EQ(GetBackfill(first.id()).state(), walfeed::v1::BACKFILL_STATE_CANCELLED);
+  walfeed::v1::GetBackfillRequest missing;
+  missing.set_stream(kStream);
+  missing.set_id("999999");
+  grpc::ClientContext missing_context;
+  EXPECT_THAT(stub_->GetBackfill(&missing_context, missing, &ignored),
+              GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("999999")));
+}
+
+TEST_F(BackfillE2eTest, CompositeTextKeyWithAPredicate) {
+  ASSERT_THAT(
+      pg_->Exec("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');"
+                "CREATE TABLE people (country text, name text, id uuid, m mood, "
+                "score numeric, PRIMARY KEY (country, name));"
+                "INSERT INTO people SELECT c, 'name ' || i || ' ' || c, "
+                "md5(c || i)::uuid, (ARRAY['sad','ok','happy'])[1 + i % 3]::mood, i / 7.0 "
+                "FROM generate_series(1, 300) i, unnest(ARRAY['de', 'fr', 'Ελλάδα', 'us']) c"),
+      IsOk());
+  const std::string yaml =
+      absl::StrCat("listen: \"127.0.0.1:0\"\nplaintext: true\nstreams:\n",
+                   StreamYaml(kStream, kSlot, "public.people, public.other"));
+  StartServer(yaml);
+  std::unique_ptr<Subscription> a = Subscribe(Request("a"));
+  Backfill started;
+  ASSERT_THAT(StartBackfill("a", "public.people", &started, 37, "m <> 'sad'"), GrpcOk());
+  EXPECT_THAT(started.key_columns(), ElementsAre("country", "name"));
+  const Backfill done = AckUntilEnded(*a, "a", started.id());
+  EXPECT_EQ(done.state(), walfeed::v1::BACKFILL_STATE_DONE) << done.error();
+  Materialized table({"country", "name"});
+  for (const ChangeEvent& event : a->events()) table.Apply(event);
+  EXPECT_EQ(table.Rows(), ExpectedRows("people WHERE m <> 'sad'",
+                                       {"country", "name", "id", "m", "score"}));
+  EXPECT_EQ(done.rows(), 800u);
+}
+
+}  // namespace
+}  // namespace walfeed::server::e2e
