@@ -19,6 +19,10 @@ namespace reason = replication::reason;
 
 namespace {
 
+// How long StartBackfill waits for a stream prepared a moment ago to load its
+// backfills.
+constexpr absl::Duration kLoadWait = absl::Seconds(10);
+
 // A planning error with the reason a client branches on.
 absl::Status PlanError(const absl::Status& why, const std::string& stream,
                        const replication::TableName& table) {
@@ -103,9 +107,16 @@ absl::StatusOr<BackfillView> BackfillRunner::Begin(const std::string& consumer,
             ", or 0 for the default (", options_.default_chunk_rows, ")")),
         reason::kInvalidRequest, {{"field", "chunk_rows"}});
   }
-  const uint64_t generation = hooks_.generation();
   {
     absl::MutexLock lock(&mu_);
+    // A stream prepared a moment ago loads its backfills first: wait for that
+    // rather than send the caller away.
+    auto loaded = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      const uint64_t generation = hooks_.generation();
+      return stopping_ || (generation != 0 && loaded_generation_ == generation);
+    };
+    if (hooks_.generation() != 0) mu_.AwaitWithTimeout(absl::Condition(&loaded), kLoadWait);
+    const uint64_t generation = hooks_.generation();
     if (generation == 0 || loaded_generation_ != generation) {
       return reason::WithReason(
           absl::UnavailableError(absl::StrCat(

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_join.h"
 
@@ -388,6 +389,95 @@ TEST_F(BackfillE2eTest, CompositeTextKeyWithAPredicate) {
   EXPECT_EQ(table.Rows(), ExpectedRows("people WHERE m <> 'sad'",
                                        {"country", "name", "id", "m", "score"}));
   EXPECT_EQ(done.rows(), 800u);
+}
+
+TEST_F(BackfillE2eTest, KilledServerResumesAtTheNextChunk) {
+  constexpr int kRows = 30000;
+  constexpr uint32_t kChunk = 500;
+  ASSERT_THAT(pg_->Exec(absl::StrCat("INSERT INTO orders SELECT i, 'item ' || i, i, NULL "
+                                     "FROM generate_series(1, ",
+                                     kRows, ") i")),
+              IsOk());
+  const std::string config = dir_ + "/walfeed.yaml";
+  {
+    std::ofstream out(config);
+    out << Yaml();
+  }
+  auto process = std::make_unique<ServerProcess>(config, dir_ + "/server1.log");
+  int port = process->WaitForPort();
+  ASSERT_GT(port, 0) << process->Log();
+  Connect(port);
+  std::unique_ptr<Subscription> first = Subscribe(Request("a"));
+  Backfill started;
+  ASSERT_THAT(StartBackfill("a", "public.orders", &started, kChunk), GrpcOk());
+  // Ack as rows arrive; kill -9 once a third of the table went through.
+  EventId acked;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        AckAll(*first, "a", &acked);
+        return GetBackfill(started.id()).rows() >= kRows / 3;
+      },
+      absl::Seconds(120), absl::Milliseconds(5)));
+  // Then part of a chunk more: the rest of it is what a restart reads again.
+  ASSERT_TRUE(WaitUntil([&] { return ParseId(first->events().back().id()) > acked; }, kDeadline,
+                        absl::Milliseconds(5)));
+  const std::vector<ChangeEvent> delivered = first->events();
+  for (size_t i = delivered.size(); i-- > 0;) {
+    if (ParseId(delivered[i].id()) <= acked) break;
+    if (delivered[i].op() == walfeed::v1::OPERATION_READ && delivered[i].index() == kChunk / 2) {
+      acked = ParseId(delivered[i].id());
+      AckOk(*first, "a", acked.ToString());
+      break;
+    }
+  }
+  process->Signal(SIGKILL);
+  ASSERT_TRUE(process->WaitForExit(kDeadline).has_value());
+  ASSERT_TRUE(first->WaitForEnd());
+
+  Materialized table({"id"});
+  std::set<std::string> acked_reads;
+  for (const ChangeEvent& event : first->events()) {
+    if (ParseId(event.id()) > acked) continue;
+    table.Apply(event);
+    if (event.op() == walfeed::v1::OPERATION_READ) acked_reads.insert(NewValue(event, "id"));
+  }
+  ASSERT_FALSE(acked_reads.empty());
+
+  process = std::make_unique<ServerProcess>(config, dir_ + "/server2.log");
+  port = process->WaitForPort();
+  ASSERT_GT(port, 0) << process->Log();
+  Connect(port);
+  std::unique_ptr<Subscription> second = Subscribe(Request("a"));
+  EXPECT_EQ(second->started().checkpoint(), acked.ToString());
+  // The runner loads the backfill once the stream is prepared.
+  Backfill resumed;
+  ASSERT_TRUE(WaitUntil([&] {
+    walfeed::v1::GetBackfillRequest request;
+    request.set_stream(kStream);
+    request.set_id(started.id());
+    grpc::ClientContext context;
+    context.set_deadline(ChronoDeadline(kDeadline));
+    return stub_->GetBackfill(&context, request, &resumed).ok();
+  }, kDeadline, absl::Milliseconds(20)));
+  const Backfill done = AckUntilEnded(*second, "a", started.id());
+  EXPECT_EQ(done.state(), walfeed::v1::BACKFILL_STATE_DONE) << done.error();
+
+  size_t reread = 0;
+  for (const ChangeEvent& event : second->events()) {
+    table.Apply(event);
+    if (event.op() == walfeed::v1::OPERATION_READ && acked_reads.count(NewValue(event, "id"))) {
+      ++reread;
+    }
+  }
+  EXPECT_EQ(table.Rows(), ExpectedRows("orders", {"id", "item", "qty", "note"}));
+  // Only the chunk the consumer had acked part of is read again.
+  EXPECT_LE(reread, kChunk);
+  EXPECT_GT(reread, 0u) << "the kill came after half a chunk was acked";
+  EXPECT_THAT(process->Log(), HasSubstr("resumes after chunk ending at"));
+  std::cout << "[ figures ] killed after " << acked_reads.size() << " acked rows; " << reread
+            << " of them read again after the restart (chunk " << kChunk << ")" << std::endl;
+  process->Signal(SIGTERM);
+  EXPECT_TRUE(process->WaitForExit(kDeadline).has_value());
 }
 
 }  // namespace
