@@ -308,6 +308,37 @@ TEST(AckTrackerCheckDeliveredTest, KnowsExactlyWhatWasDelivered) {
             absl::StatusCode::kOutOfRange);
 }
 
+// A backfill's READ events follow its high watermark transaction with the
+// indexes after its own: ackable, and the transaction is confirmed only once
+// they are acked too.
+TEST_F(AckTrackerTest, EventsAppendedAfterACommitAreAckableAndHoldTheTransaction) {
+  ASSERT_THAT(tracker_.AddConsumer("reader", EventId{}), IsOk());
+  ASSERT_THAT(tracker_.AddConsumer("other", EventId{}), IsOk());
+  Deliver(tracker_, "0/2000000", "0/2000030", 1);  // The watermark's message, index 0.
+  ASSERT_THAT(tracker_.OnAppended(L("0/2000000"), 3), IsOk());
+  EXPECT_THAT(tracker_.CheckDelivered(Id("0/2000000", 3)), IsOk());
+  EXPECT_THAT(tracker_.CheckDelivered(Id("0/2000000", 4)),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  ASSERT_THAT(tracker_.Ack("reader", Id("0/2000000", 3)), IsOk());
+  // "other" passed only the message: the transaction is held at its commit.
+  ASSERT_THAT(tracker_.Ack("other", Id("0/2000000", 0)), IsOk());
+  EXPECT_EQ(tracker_.Confirmable(), L("0/2000000"));
+  ASSERT_THAT(tracker_.Ack("other", Id("0/2000000", 3)), IsOk());
+  EXPECT_EQ(tracker_.Confirmable(), L("0/2000030"));
+}
+
+TEST_F(AckTrackerTest, AppendingAfterAnyButTheNewestCommittedTransactionIsRefused) {
+  ASSERT_THAT(tracker_.AddConsumer("c", EventId{}), IsOk());
+  Deliver(tracker_, "0/2000000", "0/2000030", 1);
+  Deliver(tracker_, "0/2000100", "0/2000130", 1);
+  EXPECT_THAT(tracker_.OnAppended(L("0/2000000"), 2),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_THAT(tracker_.OnBegin(L("0/2000200")), IsOk());
+  EXPECT_THAT(tracker_.OnAppended(L("0/2000200"), 2),
+              StatusIs(absl::StatusCode::kFailedPrecondition))
+      << "not committed yet";
+}
+
 }  // namespace
 }  // namespace walfeed::replication
 

@@ -320,8 +320,8 @@ TEST(EventFilterTest, UnknownOperationIsRejected) {
                                        AllOf(HasSubstr("operations[0]"), HasSubstr("99"))));
   EXPECT_THAT(Make({}, {-1}), StatusIs(absl::StatusCode::kInvalidArgument,
                                        AllOf(HasSubstr("operations[0]"), HasSubstr("-1"))));
-  EXPECT_THAT(Make({}, {6}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                      AllOf(HasSubstr("operations[0]"), HasSubstr("6"))));
+  EXPECT_THAT(Make({}, {7}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      AllOf(HasSubstr("operations[0]"), HasSubstr("7"))));
 }
 
 }  // namespace

@@ -125,6 +125,36 @@ TEST_F(SessionFramerTest, ABatchCutShortByTheFilterSaysHowFarItPassed) {
   EXPECT_EQ(framer.unacked_events(), 2u) << "filtered events are not in the window";
 }
 
+TEST_F(SessionFramerTest, AudienceBoundEventsReachOnlyTheirConsumer) {
+  // A change for all, a watermark for none, a READ event for consumer "a".
+  ASSERT_THAT(buffer_.Append(Buffered(Id(0x100, 0))), IsOk());
+  BufferedEvent watermark = Buffered(Id(0x200, 0));
+  watermark.key.audience = NoAudience();
+  ASSERT_THAT(buffer_.Append(std::move(watermark)), IsOk());
+  BufferedEvent read = Buffered(Id(0x200, 1));
+  read.key.audience = "a";
+  ASSERT_THAT(buffer_.Append(std::move(read)), IsOk());
+
+  SessionFramer a(options_, EventId{}, kT0, "a");
+  ASSERT_THAT(NextIds(a), IsEmpty());  // started
+  EXPECT_THAT(NextIds(a), ElementsAre(Id(0x100, 0).ToString(), Id(0x200, 1).ToString()));
+
+  SessionFramer b(options_, EventId{}, kT0, "b");
+  bool sent = false;
+  Next(b, kT0, &sent);  // started
+  walfeed::v1::SubscribeResponse batch = Next(b, kT0, &sent);
+  ASSERT_TRUE(sent);
+  ASSERT_EQ(batch.events().events_size(), 1);
+  EXPECT_EQ(batch.events().passed(), Id(0x200, 1).ToString()) << "b may ack past a's rows";
+  EXPECT_EQ(b.unacked_events(), 1u);
+
+  // An ephemeral session named "a" is not consumer a.
+  options_.ephemeral = true;
+  SessionFramer ephemeral(options_, EventId{}, kT0, "a");
+  ASSERT_THAT(NextIds(ephemeral), IsEmpty());  // started
+  EXPECT_THAT(NextIds(ephemeral), ElementsAre(Id(0x100, 0).ToString()));
+}
+
 TEST_F(SessionFramerTest, ASessionThatPassedNothingReportsNoPassedPosition) {
   SessionFramer framer(options_, Id(0x80, 2), kT0);
   bool sent = false;

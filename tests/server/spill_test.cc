@@ -46,6 +46,23 @@ TEST(SpillRecordTest, RoundTripsIdKeyAndBytes) {
   EXPECT_EQ(decoded.bytes, event.bytes) << "windows count a spilled event as an encoded one";
 }
 
+TEST(SpillRecordTest, RoundTripsTheAudience) {
+  for (const std::string& audience : {std::string("consumer-a"), NoAudience()}) {
+    BufferedEvent event = Buffered(Id(0x1A2B3C8, 7), "orders");
+    event.key.audience = audience;
+    event.bytes = BufferedBytes(event);
+    std::string record;
+    ASSERT_THAT(EncodeRecord(event, &record), IsOk());
+    BufferedEvent decoded;
+    ASSERT_THAT(DecodeRecord(record, &decoded), IsOk());
+    EXPECT_EQ(decoded.key.audience, audience);
+    EXPECT_EQ(decoded.key.op, event.key.op);
+    EXPECT_EQ(decoded.key.tables, event.key.tables);
+    EXPECT_EQ(decoded.serialized, event.serialized);
+    EXPECT_EQ(decoded.bytes, event.bytes);
+  }
+}
+
 TEST(SpillRecordTest, EveryFlippedBitAndEveryCutIsDataLoss) {
   std::string record;
   ASSERT_THAT(EncodeRecord(Buffered(Id(0x100, 1)), &record), IsOk());
