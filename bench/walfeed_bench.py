@@ -11,6 +11,7 @@ go to docs/performance.md.
   bench/walfeed_bench.py live    [--quick]   commit -> client latency at fixed rates
   bench/walfeed_bench.py fanout  [--quick]   1..256 subscribers on one stream
   bench/walfeed_bench.py memory  [--quick]   peak RSS through one huge transaction
+  bench/walfeed_bench.py backfill [--quick]  backfill rows/s vs COPY; the stream during it
   bench/walfeed_bench.py all     [--quick] [--harness DIR]
 
 See bench/README.md for what each mode does and how to read it.
@@ -352,6 +353,88 @@ def memory_mode(tmp, cluster, quick):
     return results
 
 
+# ---------------------------------------------------------------- backfill
+
+def cli_json(args):
+    out = subprocess.run([CLI] + args + ['--timeout', '30'], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError('walfeed %s failed: %s' % (' '.join(args[:2]), out.stderr.strip()))
+    return json.loads(out.stdout)
+
+
+def backfill_mode(tmp, cluster, quick):
+    """A backfill of a 1,000,000-row table (--quick: 200,000) against COPY (SELECT *
+    FROM it) TO STDOUT of the same table, and a second consumer draining a backlog
+    of change events without and with that backfill running (its events/s)."""
+    rows = 200000 if quick else 1000000
+    live_rows = 100000 if quick else 300000
+    cluster.sql('CREATE TABLE bf_t (id bigint PRIMARY KEY, payload text, n int)')
+    cluster.sql('CREATE TABLE bf_live (id bigint PRIMARY KEY, payload text)')
+    cluster.sql('CREATE PUBLICATION bf_pub FOR TABLE bf_t, bf_live')
+    cluster.sql("INSERT INTO bf_t SELECT g, 'row number ' || g, g %% 1000 FROM generate_series(1, %d) g"
+                % rows)
+    cluster.sql('VACUUM ANALYZE bf_t')
+    copies = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        subprocess.run(['psql', '-X', '-q', cluster.conninfo, '-c', 'COPY (SELECT * FROM bf_t) TO STDOUT'],
+                       check=True, stdout=subprocess.DEVNULL)
+        copies.append(time.monotonic() - t0)
+    copy_rows_per_s = rows / statistics.median(copies)
+    log('backfill: COPY of %d rows: %.0f rows/s (median of 3)' % (rows, copy_rows_per_s))
+    cluster.sql("SELECT pg_create_logical_replication_slot('bf_tpl', 'pgoutput')")
+    cluster.sql("INSERT INTO bf_live SELECT g, 'live ' || g FROM generate_series(1, %d) g" % live_rows)
+    end_lsn = cluster.sql('SELECT pg_current_wal_insert_lsn()')
+    results = []
+    live_rates = {}
+    for case in ('without', 'with'):
+        slot = 'bf_' + case
+        copy_slot(cluster, 'bf_tpl', slot)
+        server = Server(tmp, cluster, 'bf', slot, 'bf_pub', 'wf_' + slot)
+        reader = None
+        try:
+            server.wait_streaming()
+            common = ['--server', server.address, '--stream', 'bf']
+            if case == 'with':
+                # The backfill's consumer: drains and acks everything it gets.
+                reader = subprocess.Popen([DRAIN] + common + ['--consumer', 'reader', '--end-lsn',
+                                          'FFFFFFFF/0', '--timeout-s', '3600'],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                wait_for('consumer reader', lambda: any(
+                    c.get('name') == 'reader' for c in (server.status() or {}).get('consumers', [])), 30)
+                t_backfill = time.monotonic()
+                backfill = cli_json(['backfill', 'start'] + common + ['--consumer', 'reader', '--table',
+                                     'public.bf_t'])
+            live = run_json([DRAIN] + common + ['--consumer', 'live', '--end-lsn', end_lsn,
+                             '--timeout-s', '600'], 700)
+            live_s = max(live['last_event_after_s'] - live['first_event_after_s'], 1e-6)
+            live_rates[case] = live['events'] / live_s
+            r = dict(mode='backfill', case=case, live_events=live['events'],
+                     live_events_per_s=round(live_rates[case]))
+            if case == 'with':
+                def done():
+                    b = cli_json(['backfill', 'status'] + common + ['--id', backfill['id'], '--format', 'json'])
+                    return b if b.get('state') != 'BACKFILL_STATE_RUNNING' else None
+                b = wait_for('the backfill', done, 1800, 0.1)
+                seconds = time.monotonic() - t_backfill
+                r.update(rows=rows, state=b['state'], backfill_rows=int(b.get('rows', 0)),
+                         backfill_seconds=round(seconds, 2), backfill_rows_per_s=round(rows / seconds),
+                         copy_rows_per_s=round(copy_rows_per_s),
+                         backfill_over_copy=round(rows / seconds / copy_rows_per_s, 3),
+                         live_with_over_without=round(live_rates['with'] / live_rates['without'], 3),
+                         server_cpu_s=round(proc_cpu_s(server.proc.pid), 1),
+                         server_peak_rss_mb=round(proc_peak_rss_kb(server.proc.pid) / 1024, 1))
+            results.append(r)
+            print(json.dumps(r), flush=True)
+        finally:
+            if reader is not None:
+                reader.terminate()
+                reader.wait(timeout=30)
+            server.stop()
+            cluster.sql("SELECT pg_drop_replication_slot('%s')" % slot)
+    return results
+
+
 # ---------------------------------------------------------------- catch-up (harness)
 
 DIRECT_PEERS = ['recvlogical-pgoutput', 'py-pgoutput', 'py-pgoutput-batched', 'node-pgoutput']
@@ -417,6 +500,11 @@ def summary_table(results):
                              r['start'], r['subscribers'], r['events_each'], r['aggregate_events_per_s'],
                              r.get('aggregate_over_single') or 0, r['server_cpu_us_per_delivered_event'],
                              r['server_peak_rss_mb'], r['walsender_cpu_s'] or 0))
+        elif r['mode'] == 'backfill' and r['case'] == 'with':
+            lines.append('| backfill | %d rows, default chunks | %s rows/s = **%.2f×** COPY TO STDOUT (%s rows/s); '
+                         'a second consumer drained %s ev/s during it = **%.2f×** without |' % (
+                             r['rows'], r['backfill_rows_per_s'], r['backfill_over_copy'], r['copy_rows_per_s'],
+                             r['live_events_per_s'], r['live_with_over_without']))
         elif r['mode'] == 'memory':
             lines.append('| memory | %d-row transaction, consumer %s | peak RSS %.0f MB, %d ev/s, held at the '
                          'end: %d MB in memory, %d MB on disk |' % (
@@ -432,7 +520,7 @@ def interrupted(signum, frame):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('mode', choices=['live', 'fanout', 'memory', 'all'])
+    ap.add_argument('mode', choices=['live', 'fanout', 'memory', 'backfill', 'all'])
     ap.add_argument('--quick', action='store_true', help='smaller sizes, fewer cases: all of it in under 10 minutes')
     ap.add_argument('--harness', help='the peer harness directory (run.py, pg-up.sh); `all` runs catch-up with it')
     ap.add_argument('--keep', action='store_true', help='keep the temporary directory (logs) at the end')
@@ -449,7 +537,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix='walfeed-bench.')
     cluster = Cluster(tmp)
     try:
-        for mode, fn in (('live', live_mode), ('fanout', fanout_mode), ('memory', memory_mode)):
+        for mode, fn in (('live', live_mode), ('fanout', fanout_mode), ('memory', memory_mode),
+                         ('backfill', backfill_mode)):
             if a.mode in (mode, 'all'):
                 results += fn(tmp, cluster, a.quick)
     finally:

@@ -108,8 +108,9 @@ absl::StatusOr<BackfillRecord> PgBackfillDatabase::Create(BackfillRecord record)
   // Several statements: the simple protocol. A concurrent creator can make it
   // fail once on the catalog's unique index; the second try sees the tables.
   absl::Status created = OnStore("SELECT 1", {}).status();
-  if (created.ok()) created = ExecSimple(store_.get(), create).status();
-  if (!created.ok()) created = ExecSimple(store_.get(), create).status();
+  PGconn* conn = store_conninfo_ == source_conninfo_ ? source_.get() : store_.get();
+  if (created.ok()) created = ExecSimple(conn, create).status();
+  if (!created.ok() && conn != nullptr) created = ExecSimple(conn, create).status();
   WALFEED_RETURN_IF_ERROR(created);
   WALFEED_ASSIGN_OR_RETURN(
       PgResultPtr inserted,

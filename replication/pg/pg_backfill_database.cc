@@ -56,6 +56,9 @@ absl::StatusOr<PgResultPtr> PgBackfillDatabase::OnSource(
 
 absl::StatusOr<PgResultPtr> PgBackfillDatabase::OnStore(
     const std::string& sql, const std::vector<std::optional<std::string>>& params) {
+  // The same database: the same connection (store writes never fall inside a
+  // chunk's transaction; both run on the one thread that owns this object).
+  if (store_conninfo_ == source_conninfo_) return RunOn(&source_, source_conninfo_, sql, params);
   return RunOn(&store_, store_conninfo_, sql, params);
 }
 

@@ -203,7 +203,7 @@ int WriteSubscribeRequestSeeds(const std::filesystem::path& dir) {
   over.add_operations(v1::OPERATION_UNSPECIFIED);
   add("seed_OperationUnspecified", over);
   over = base;
-  over.add_operations(static_cast<v1::Operation>(v1::OPERATION_MESSAGE + 1));
+  over.add_operations(static_cast<v1::Operation>(v1::OPERATION_READ + 1));
   add("seed_OperationUnknown", over);
   over = base;
   over.add_tables("orders");

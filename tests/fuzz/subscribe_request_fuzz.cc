@@ -265,6 +265,7 @@ constexpr ProtoOp kOps[] = {
     {v1::OPERATION_DELETE, ReplicationOp::kDelete},
     {v1::OPERATION_TRUNCATE, ReplicationOp::kTruncate},
     {v1::OPERATION_MESSAGE, ReplicationOp::kMessage},
+    {v1::OPERATION_READ, ReplicationOp::kRead},
 };
 
 // The fields for which Create(tables, operations) must fail: "tables" if there
@@ -283,7 +284,7 @@ std::vector<std::string> FilterErrors(const google::protobuf::RepeatedPtrField<s
     }
   }
   for (const int op : operations) {
-    if (op < v1::OPERATION_INSERT || op > v1::OPERATION_MESSAGE) {
+    if (op < v1::OPERATION_INSERT || op > v1::OPERATION_READ) {
       fields.push_back("operations");
       break;
     }
@@ -379,7 +380,7 @@ void ExerciseFilter(const server::EventFilter& filter,
   }
 
   // An operation that is not one never passes, whatever the lists.
-  for (const int op : {0, 6, -1, 0x7fffffff}) {
+  for (const int op : {0, 7, -1, 0x7fffffff}) {
     server::FilterKey key;
     key.op = static_cast<v1::Operation>(op);
     if (!names.empty()) key.tables.emplace_back(names[0].schema, names[0].table);
