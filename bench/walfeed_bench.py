@@ -404,7 +404,7 @@ def backfill_mode(tmp, cluster, quick):
                     c.get('name') == 'reader' for c in (server.status() or {}).get('consumers', [])), 30)
                 t_backfill = time.monotonic()
                 backfill = cli_json(['backfill', 'start'] + common + ['--consumer', 'reader', '--table',
-                                     'public.bf_t'])
+                                     'public.bf_t', '--format', 'json'])
             live = run_json([DRAIN] + common + ['--consumer', 'live', '--end-lsn', end_lsn,
                              '--timeout-s', '600'], 700)
             live_s = max(live['last_event_after_s'] - live['first_event_after_s'], 1e-6)

@@ -1,5 +1,5 @@
 // walfeed_drain: the benchmark drain client. Subscribes to one walfeed stream
-// with large batches and a large unacked window, counts INSERT/UPDATE/DELETE
+// with large batches and a large unacked window, counts INSERT/UPDATE/DELETE (and READ)
 // events and their serialized size, acks cumulatively (every --ack-every events
 // or --ack-interval-ms, on a separate thread so reading never waits for an ack)
 // and stops at an end LSN with the peer harness's stop rule:
@@ -136,7 +136,7 @@ int Run(const Flags& flags) {
   walfeed::bench::Acker acker(stub.get(), flags.stream, flags.consumer,
                               first_frame.started().session_id());
 
-  uint64_t inserts = 0, updates = 0, deletes = 0, other = 0, bytes = 0, batches = 0;
+  uint64_t inserts = 0, updates = 0, deletes = 0, reads = 0, other = 0, bytes = 0, batches = 0;
   uint64_t progress_frames = 0;
   uint32_t since_ack = 0;
   std::string last_id;
@@ -173,6 +173,7 @@ int Run(const Flags& flags) {
           case v1::OPERATION_INSERT: ++inserts; break;
           case v1::OPERATION_UPDATE: ++updates; break;
           case v1::OPERATION_DELETE: ++deletes; break;
+          case v1::OPERATION_READ: ++reads; break;  // A backfill's rows.
           default: ++other; continue;
         }
         bytes += event.ByteSizeLong();
@@ -192,6 +193,12 @@ int Run(const Flags& flags) {
       }
     } else if (frame.has_progress()) {
       ++progress_frames;
+      // Idle: ack what is pending now (a backfill waits for its chunks' acks).
+      if (since_ack > 0 && !last_id.empty()) {
+        acker.Post(last_id);
+        since_ack = 0;
+        next_ack = Clock::now() + std::chrono::milliseconds(flags.ack_interval_ms);
+      }
       // How the stop rule was met: the first progress frame after the last
       // event, and how many came before one carried the end position.
       if (t_last_event != Clock::time_point{} && t_first_progress_after == Clock::time_point{}) {
@@ -227,17 +234,18 @@ int Run(const Flags& flags) {
     std::fprintf(stderr, "walfeed_drain: stream ended: %d %s\n",
                  static_cast<int>(finished.error_code()), finished.error_message().c_str());
   }
-  const uint64_t events = inserts + updates + deletes;
+  const uint64_t events = inserts + updates + deletes + reads;
   std::printf(
       "{\"events\": %llu, \"bytes\": %llu, \"inserts\": %llu, \"updates\": %llu, "
-      "\"deletes\": %llu, \"other_events\": %llu, \"batches\": %llu, \"progress_frames\": %llu, "
+      "\"deletes\": %llu, \"reads\": %llu, \"other_events\": %llu, \"batches\": %llu, \"progress_frames\": %llu, "
       "\"acks\": %d, \"ack_failures\": %d, \"stop_reason\": \"%s\", \"last_id\": \"%s\", "
       "\"subscribe_attempts\": %d, \"subscribe_s\": %.4f, \"first_event_after_s\": %.4f, "
       "\"last_event_after_s\": %.4f, \"first_progress_after_last_event_s\": %.4f, "
       "\"progress_after_last_event\": %llu, \"internal_s\": %.4f}\n",
       static_cast<unsigned long long>(events), static_cast<unsigned long long>(bytes),
       static_cast<unsigned long long>(inserts), static_cast<unsigned long long>(updates),
-      static_cast<unsigned long long>(deletes), static_cast<unsigned long long>(other),
+      static_cast<unsigned long long>(deletes), static_cast<unsigned long long>(reads),
+      static_cast<unsigned long long>(other),
       static_cast<unsigned long long>(batches), static_cast<unsigned long long>(progress_frames),
       acker.sent(), acker.failed(), stop_reason.c_str(), last_id.c_str(), subscribe_attempts,
       Seconds(t_subscribed - t_start),

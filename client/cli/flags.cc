@@ -294,7 +294,7 @@ std::string BackfillUsage() {
   return absl::StrCat(
       "usage: walfeed backfill start --stream S --consumer C --table SCHEMA.TABLE\n"
       "                              [--where SQL] [--chunk-rows N] [--wait] [flags]\n"
-      "       walfeed backfill status --stream S [--id ID] [--format table|json] [flags]\n"
+      "       walfeed backfill status --stream S [--id ID] [flags]\n"
       "       walfeed backfill cancel --stream S --id ID [flags]\n"
       "\n"
       "A backfill delivers the current rows of a published table to one durable\n"
@@ -314,7 +314,8 @@ std::string BackfillUsage() {
       "  --chunk-rows N         start: rows per chunk (default: the server's, 10000)\n"
       "  --wait                 start: print progress every second until it ends\n"
       "  --id ID                status: one backfill (default: all); cancel: required\n"
-      "  --format table|json    status: a table (default) or the response as JSON\n"
+      "  --format table|json    one line per backfill (default), or the response as\n"
+      "                         JSON (proto3 JSON names; 64-bit numbers as strings)\n"
       "  --timeout SECONDS      how long to wait for each answer (default 30)\n"
       "\n",
       kCommonHelp, "\n", kExitHelp);
@@ -539,13 +540,11 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
     } else {
       flags.with_value["--id"] = Text(&backfill.id);
     }
-    if (backfill.action == BackfillFlags::Action::kStatus) {
-      flags.with_value["--format"] = [&backfill](const std::string& v) {
-        if (v != "table" && v != "json") return Usage("--format: expected table or json");
-        backfill.json = v == "json";
-        return absl::OkStatus();
-      };
-    }
+    flags.with_value["--format"] = [&backfill](const std::string& v) {
+      if (v != "table" && v != "json") return Usage("--format: expected table or json");
+      backfill.json = v == "json";
+      return absl::OkStatus();
+    };
     if (absl::Status parsed = ParseFlags(args, 2, flags, &help); !parsed.ok()) return parsed;
     if (help) {
       invocation.command = Command::kHelp;

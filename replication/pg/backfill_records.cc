@@ -142,7 +142,10 @@ absl::Status PgBackfillDatabase::AddChunk(const std::string& backfill_id,
   return OnStore(absl::StrCat("INSERT INTO ", schema_,
                               ".backfill_chunks (backfill_id, commit_lsn, event_index, "
                               "last_key, final) VALUES ($1, $2, $3, $4::text[], $5) "
-                              "ON CONFLICT DO NOTHING"),
+                              // Chunks that delivered nothing share the boundary
+                              // of the one before: the newest key is the one.
+                              "ON CONFLICT (backfill_id, commit_lsn, event_index) DO UPDATE "
+                              "SET last_key = EXCLUDED.last_key, final = EXCLUDED.final"),
                  {backfill_id, chunk.boundary.commit_lsn.ToString(),
                   absl::StrCat(chunk.boundary.index), ArrayLiteral(chunk.last_key),
                   chunk.final ? "true" : "false"})

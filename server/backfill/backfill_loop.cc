@@ -82,6 +82,7 @@ bool BackfillRunner::Load(replication::BackfillDatabase& db) {
           if (chunk.boundary <= *checkpoint) done = &chunk;
         }
         if (done != nullptr) {
+          job.last_boundary = done->boundary;
           job.next_after = done->last_key;
           job.last_key = done->last_key;
           if (done->final) {

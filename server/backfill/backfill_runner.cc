@@ -247,6 +247,11 @@ void BackfillRunner::OnCompleted(const replication::CompletedChunk& chunk, Event
       StreamLogger()->info("stream {}: backfill {} reads a chunk again: {}", stream_,
                            job.record.id, chunk.retry_reason);
     } else {
+      // A chunk that delivered nothing has nothing to ack: it is done once
+      // the chunk before it is (a consumer that acks only events it got, not
+      // the watermark's passed position, still finishes the backfill).
+      if (delivered == 0) boundary = job.last_boundary;
+      job.last_boundary = boundary;
       ChunkRecord record{boundary, flight.last_key, flight.final};
       job.outstanding.push_back(record);
       job.to_store.push_back(std::move(record));
