@@ -10,7 +10,6 @@
 #include "absl/strings/str_join.h"
 #include "replication/sql_text.h"
 #include "replication/status_macros.h"
-#include "spdlog/spdlog.h"
 
 namespace walfeed::replication::pg {
 namespace {
@@ -119,7 +118,6 @@ absl::StatusOr<ChunkRows> PgBackfillDatabase::ReadChunk(const BackfillTable& tab
   const std::string running_array = absl::StrCat("{", absl::StrJoin(running, ","), "}");
   const absl::Time deadline = absl::Now() + wait;
   absl::Duration pause = absl::Milliseconds(1);
-  bool warned = false;
   while (true) {
     WALFEED_RETURN_IF_ERROR(
         OnSource("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", {}).status());
@@ -141,11 +139,6 @@ absl::StatusOr<ChunkRows> PgBackfillDatabase::ReadChunk(const BackfillTable& tab
           "transaction ", xid, " was running when the chunk's low watermark was written and "
           "has not ended since; a backfill chunk waits for every such transaction (see "
           "pg_stat_activity where backend_xid = '", xid, "')"));
-    }
-    if (!warned && now + wait / 2 >= deadline) {
-      warned = true;
-      spdlog::warn("backfill of {}: waiting for transaction {} to end before reading a chunk",
-                   table.name.Quoted(), xid);
     }
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(pause));
     pause = std::min(pause * 2, absl::Milliseconds(50));

@@ -53,8 +53,10 @@ struct BackfillOptions {
   // Measured: 2 instead of 4 cost a quarter of the rate (the next chunk waited
   // for the consumer's ack round trip).
   size_t max_outstanding = 4;
-  // How long a chunk waits for the transactions running at its low watermark.
-  absl::Duration snapshot_wait = absl::Minutes(10);
+  // How long a chunk waits for the transactions running at its low watermark
+  // before it gives up and is tried again (with backoff, logged): short, so a
+  // shutdown never waits on a transaction left open.
+  absl::Duration snapshot_wait = absl::Seconds(2);
   // A high watermark not seen in the stream after this is given up (re-read).
   absl::Duration chunk_timeout = absl::Minutes(5);
   absl::Duration retry_base = absl::Milliseconds(200);
