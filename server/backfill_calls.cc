@@ -79,7 +79,9 @@ void BackfillToProto(const BackfillView& view, walfeed::v1::Backfill* out) {
   out->set_where(record.where);
   out->set_chunk_rows(record.chunk_rows);
   out->set_state(StateToProto(record.state));
-  out->set_error(record.error);
+  out->set_error(record.state == replication::BackfillState::kRunning && !view.retrying.empty()
+                     ? absl::StrCat("retrying: ", view.retrying)
+                     : record.error);
   for (const std::string& column : record.key_columns) out->add_key_columns(column);
   out->set_rows(record.rows);
   out->set_chunks(record.chunks);

@@ -285,6 +285,7 @@ void BackfillRunner::ReadChunk(replication::BackfillDatabase& db, const std::str
     }
     it->second.in_flight = InFlight{token, std::move(last_key), final, absl::Now()};
     it->second.failures = 0;
+    it->second.retrying.clear();
   }
   if (absl::Status written = db.WriteHigh(token); !written.ok()) fail(written);
 }

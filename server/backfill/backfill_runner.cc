@@ -226,6 +226,7 @@ BackfillView BackfillRunner::ViewLocked(const Job& job) const {
   view.record = job.record;
   view.last_key = job.last_key;
   if (job.plan) view.estimated_rows = job.plan->estimated_rows;
+  view.retrying = job.retrying;
   if (job.record.state == BackfillState::kRunning) {
     view.rows_per_second = RateOf(job.rate);
     const int64_t left = view.estimated_rows - static_cast<int64_t>(job.record.rows);
@@ -276,6 +277,7 @@ void BackfillRunner::Failed(Job& job, const absl::Status& why, bool definite) {
     const absl::Duration delay =
         std::min(options_.retry_cap, options_.retry_base * (1 << std::min(job.failures, 8)));
     job.retry_at = absl::Now() + delay;
+    job.retrying = std::string(why.message());
     StreamLogger()->warn("stream {}: backfill {}: {}; retrying in {}", stream_, job.record.id,
                          why.ToString(), absl::FormatDuration(delay));
     return;

@@ -68,6 +68,7 @@ struct BackfillView {
   BackfillRecord record;
   std::vector<std::string> last_key;
   int64_t estimated_rows = -1;
+  std::string retrying;  // While running: why its last chunk is being retried.
   double rows_per_second = 0;
   uint64_t eta_seconds = 0;
 };
@@ -131,6 +132,7 @@ class BackfillRunner {
     bool dirty = false;  // Counters or state to store.
     absl::Time retry_at = absl::InfinitePast();
     int failures = 0;
+    std::string retrying;  // Why the last chunk failed (transient), "" after a success.
     std::deque<std::pair<absl::Time, uint64_t>> rate;  // (when, rows) samples.
   };
 

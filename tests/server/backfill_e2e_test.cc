@@ -365,6 +365,34 @@ TEST_F(BackfillE2eTest, RefusesWhatItCannotReadAndSaysHowToFixIt) {
               GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("999999")));
 }
 
+TEST_F(BackfillE2eTest, AChunkWaitsForATransactionRunningAtItsLowWatermark) {
+  ASSERT_THAT(pg_->Exec("INSERT INTO orders SELECT i, 'x', 1, NULL FROM generate_series(1, 20) i"),
+              IsOk());
+  StartServer(Yaml());
+  std::unique_ptr<Subscription> a = Subscribe(Request("a"));
+  // A transaction with an xid, left open: a chunk snapshot taken before it
+  // ends might not see a commit that precedes the low watermark in the WAL.
+  PGconn* open = PQconnectdb(pg_->ConnInfo().c_str());
+  PQclear(PQexec(open, "BEGIN; INSERT INTO other VALUES (42, 'open')"));
+  Backfill started;
+  ASSERT_THAT(StartBackfill("a", "public.orders", &started), GrpcOk());
+  Backfill waiting;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        waiting = GetBackfill(started.id());
+        return absl::StrContains(waiting.error(), "was running when the chunk's low watermark");
+      },
+      kDeadline, absl::Milliseconds(50)));
+  EXPECT_EQ(waiting.state(), walfeed::v1::BACKFILL_STATE_RUNNING);
+  EXPECT_EQ(waiting.rows(), 0u) << "no chunk is read while it runs";
+  PQclear(PQexec(open, "COMMIT"));
+  PQfinish(open);
+  const Backfill done = AckUntilEnded(*a, "a", started.id(), absl::Seconds(60));
+  EXPECT_EQ(done.state(), walfeed::v1::BACKFILL_STATE_DONE) << done.error();
+  EXPECT_EQ(done.rows(), 20u);
+  EXPECT_EQ(done.error(), "");
+}
+
 TEST_F(BackfillE2eTest, CompositeTextKeyWithAPredicate) {
   ASSERT_THAT(
       pg_->Exec("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');"
