@@ -47,12 +47,6 @@ absl::Status ValidateBackfillId(const std::string& id) {
                                     "ListBackfills return it)"));
 }
 
-void SetTime(absl::Time time, google::protobuf::Timestamp* out) {
-  const int64_t micros = absl::ToUnixMicros(time);
-  out->set_seconds(micros / 1000000);
-  out->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
-}
-
 walfeed::v1::BackfillState StateToProto(replication::BackfillState state) {
   switch (state) {
     case replication::BackfillState::kRunning:
@@ -68,6 +62,12 @@ walfeed::v1::BackfillState StateToProto(replication::BackfillState state) {
 }
 
 }  // namespace
+
+void SetTime(absl::Time time, google::protobuf::Timestamp* out) {
+  const int64_t micros = absl::ToUnixMicros(time);
+  out->set_seconds(micros / 1000000);
+  out->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
+}
 
 void BackfillToProto(const BackfillView& view, walfeed::v1::Backfill* out) {
   const replication::BackfillRecord& record = view.record;

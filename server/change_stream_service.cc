@@ -387,9 +387,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       const SlotMonitor::View view = runtime->SlotView(asked, deadline);
       const Lsn server_lsn = ServerLsnOf(snapshot, view);
       if (view.report) {
-        const int64_t micros = absl::ToUnixMicros(view.read_at);
-        stream->mutable_slot_read_at()->set_seconds(micros / 1000000);
-        stream->mutable_slot_read_at()->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
+        SetTime(view.read_at, stream->mutable_slot_read_at());
       }
       // An error first: the latest read failed (the figures below are older),
       // or PostgreSQL did not answer in time.
@@ -426,9 +424,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       stream->set_ephemeral_sessions(static_cast<uint32_t>(snapshot.ephemeral_sessions));
       if (!snapshot.held_by.empty()) {
         stream->set_held_by(snapshot.held_by);
-        const int64_t micros = absl::ToUnixMicros(snapshot.held_since);
-        stream->mutable_held_since()->set_seconds(micros / 1000000);
-        stream->mutable_held_since()->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
+        SetTime(snapshot.held_since, stream->mutable_held_since());
       }
       for (const ConsumerSnapshot& c : snapshot.consumers) {
         walfeed::v1::ConsumerStatus* consumer = stream->add_consumers();

@@ -40,6 +40,8 @@ using ChangeStreamBase = Rpc::WithRawCallbackMethod_Subscribe<Rpc::WithCallbackM
 // A consumer name as requests carry it (1-63 of [A-Za-z0-9_.-]); INVALID_ARGUMENT
 // naming the field otherwise.
 absl::Status ValidateConsumerName(absl::string_view consumer);
+// `time` (at or after the Unix epoch) as a Timestamp, to the microsecond.
+void SetTime(absl::Time time, google::protobuf::Timestamp* out);
 // A backfill as the API shows it.
 void BackfillToProto(const BackfillView& view, walfeed::v1::Backfill* out);
 
