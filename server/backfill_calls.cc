@@ -111,7 +111,7 @@ absl::StatusOr<BackfillRunner*> ChangeStreamService::Backfills(
 
 grpc::ServerUnaryReactor* ChangeStreamService::StartBackfill(
     grpc::CallbackServerContext* context, const walfeed::v1::StartBackfillRequest* request,
-    walfeed::v1::Backfill* response) {
+    walfeed::v1::StartBackfillResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<BackfillRunner*> runner = Backfills(context, Right::kAdmin, request->stream());
   absl::Status status = runner.status();
@@ -131,14 +131,14 @@ grpc::ServerUnaryReactor* ChangeStreamService::StartBackfill(
               table = *table, where = request->where(), chunk_rows = request->chunk_rows(),
               response] {
     absl::StatusOr<BackfillView> started = runner->Begin(consumer, table, where, chunk_rows);
-    calls_.Finish(call, ToGrpc(started.status()), [&] { BackfillToProto(*started, response); });
+    calls_.Finish(call, ToGrpc(started.status()), [&] { BackfillToProto(*started, response->mutable_backfill()); });
   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ChangeStreamService::CancelBackfill(
     grpc::CallbackServerContext* context, const walfeed::v1::CancelBackfillRequest* request,
-    walfeed::v1::Backfill* response) {
+    walfeed::v1::CancelBackfillResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<BackfillRunner*> runner = Backfills(context, Right::kAdmin, request->stream());
   absl::Status status = runner.status();
@@ -152,21 +152,21 @@ grpc::ServerUnaryReactor* ChangeStreamService::CancelBackfill(
   pool_->Run([this, call = *call, runner = *runner, id = request->id(), response] {
     absl::StatusOr<BackfillView> cancelled = runner->Cancel(id);
     calls_.Finish(call, ToGrpc(cancelled.status()),
-                  [&] { BackfillToProto(*cancelled, response); });
+                  [&] { BackfillToProto(*cancelled, response->mutable_backfill()); });
   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ChangeStreamService::GetBackfill(
     grpc::CallbackServerContext* context, const walfeed::v1::GetBackfillRequest* request,
-    walfeed::v1::Backfill* response) {
+    walfeed::v1::GetBackfillResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<BackfillRunner*> runner = Backfills(context, Right::kStatus, request->stream());
   absl::Status status = runner.status();
   if (status.ok()) status = ValidateBackfillId(request->id());
   absl::StatusOr<BackfillView> view =
       status.ok() ? (*runner)->Get(request->id()) : absl::StatusOr<BackfillView>(status);
-  if (view.ok()) BackfillToProto(*view, response);
+  if (view.ok()) BackfillToProto(*view, response->mutable_backfill());
   reactor->Finish(ToGrpc(view.status()));
   return reactor;
 }

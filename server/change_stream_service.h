@@ -78,16 +78,16 @@ class ChangeStreamService final : public ChangeStreamBase {
   // List answer from memory.
   grpc::ServerUnaryReactor* StartBackfill(grpc::CallbackServerContext* context,
                                           const walfeed::v1::StartBackfillRequest* request,
-                                          walfeed::v1::Backfill* response) override;
+                                          walfeed::v1::StartBackfillResponse* response) override;
   grpc::ServerUnaryReactor* GetBackfill(grpc::CallbackServerContext* context,
                                         const walfeed::v1::GetBackfillRequest* request,
-                                        walfeed::v1::Backfill* response) override;
+                                        walfeed::v1::GetBackfillResponse* response) override;
   grpc::ServerUnaryReactor* ListBackfills(grpc::CallbackServerContext* context,
                                           const walfeed::v1::ListBackfillsRequest* request,
                                           walfeed::v1::ListBackfillsResponse* response) override;
   grpc::ServerUnaryReactor* CancelBackfill(grpc::CallbackServerContext* context,
                                            const walfeed::v1::CancelBackfillRequest* request,
-                                           walfeed::v1::Backfill* response) override;
+                                           walfeed::v1::CancelBackfillResponse* response) override;
 
   // Every call still being answered, and every later one, ends with `why`
   // (UNAVAILABLE: the server is stopping), never with gRPC's CANCELLED.

@@ -438,16 +438,20 @@ int Backfill(const BackfillFlags& flags) {
       request.set_table(flags.table);
       request.set_where(flags.where);
       request.set_chunk_rows(flags.chunk_rows);
-      const grpc::Status status = call.stub->StartBackfill(&call.context, request, &backfill);
+      walfeed::v1::StartBackfillResponse response;
+      const grpc::Status status = call.stub->StartBackfill(&call.context, request, &response);
       if (!status.ok()) return Fail(CallError(status, "StartBackfill", flags.common, call));
+      backfill = response.backfill();
       break;
     }
     case BackfillFlags::Action::kCancel: {
       walfeed::v1::CancelBackfillRequest request;
       request.set_stream(flags.stream);
       request.set_id(flags.id);
-      const grpc::Status status = call.stub->CancelBackfill(&call.context, request, &backfill);
+      walfeed::v1::CancelBackfillResponse response;
+      const grpc::Status status = call.stub->CancelBackfill(&call.context, request, &response);
       if (!status.ok()) return Fail(CallError(status, "CancelBackfill", flags.common, call));
+      backfill = response.backfill();
       break;
     }
     case BackfillFlags::Action::kStatus: {
@@ -470,8 +474,10 @@ int Backfill(const BackfillFlags& flags) {
       walfeed::v1::GetBackfillRequest request;
       request.set_stream(flags.stream);
       request.set_id(flags.id);
-      const grpc::Status status = call.stub->GetBackfill(&call.context, request, &backfill);
+      walfeed::v1::GetBackfillResponse response;
+      const grpc::Status status = call.stub->GetBackfill(&call.context, request, &response);
       if (!status.ok()) return Fail(CallError(status, "GetBackfill", flags.common, call));
+      backfill = response.backfill();
       break;
     }
   }
@@ -487,8 +493,10 @@ int Backfill(const BackfillFlags& flags) {
     walfeed::v1::GetBackfillRequest request;
     request.set_stream(flags.stream);
     request.set_id(backfill.id());
-    const grpc::Status status = poll.stub->GetBackfill(&poll.context, request, &backfill);
+    walfeed::v1::GetBackfillResponse response;
+    const grpc::Status status = poll.stub->GetBackfill(&poll.context, request, &response);
     if (!status.ok()) return Fail(CallError(status, "GetBackfill", flags.common, poll));
+    backfill = response.backfill();
   }
   return PrintBackfill(backfill, flags.json);
 }

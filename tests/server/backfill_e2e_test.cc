@@ -87,7 +87,10 @@ class BackfillE2eTest : public ServerE2eTest {
     request.set_where(where);
     grpc::ClientContext context;
     context.set_deadline(ChronoDeadline(kDeadline));
-    return stub_->StartBackfill(&context, request, backfill);
+    walfeed::v1::StartBackfillResponse response;
+    grpc::Status status = stub_->StartBackfill(&context, request, &response);
+    *backfill = response.backfill();
+    return status;
   }
 
   Backfill GetBackfill(const std::string& id) {
@@ -96,9 +99,9 @@ class BackfillE2eTest : public ServerE2eTest {
     request.set_id(id);
     grpc::ClientContext context;
     context.set_deadline(ChronoDeadline(kDeadline));
-    Backfill backfill;
-    EXPECT_THAT(stub_->GetBackfill(&context, request, &backfill), GrpcOk());
-    return backfill;
+    walfeed::v1::GetBackfillResponse response;
+    EXPECT_THAT(stub_->GetBackfill(&context, request, &response), GrpcOk());
+    return response.backfill();
   }
 
   // Acks everything `subscription` received or was passed, so chunks complete.
@@ -351,17 +354,18 @@ TEST_F(BackfillE2eTest, RefusesWhatItCannotReadAndSaysHowToFixIt) {
   walfeed::v1::CancelBackfillRequest cancel;
   cancel.set_stream(kStream);
   cancel.set_id(first.id());
-  Backfill cancelled;
+  walfeed::v1::CancelBackfillResponse cancelled;
   grpc::ClientContext context;
   ASSERT_THAT(stub_->CancelBackfill(&context, cancel, &cancelled), GrpcOk());
-  EXPECT_EQ(cancelled.state(), walfeed::v1::BACKFILL_STATE_CANCELLED);
+  EXPECT_EQ(cancelled.backfill().state(), walfeed::v1::BACKFILL_STATE_CANCELLED);
   EXPECT_LE(GetBackfill(first.id()).rows(), 4u) << "at most four one-row chunks go unacked";
   EXPECT_EQ(GetBackfill(first.id()).state(), walfeed::v1::BACKFILL_STATE_CANCELLED);
   walfeed::v1::GetBackfillRequest missing;
   missing.set_stream(kStream);
   missing.set_id("999999");
   grpc::ClientContext missing_context;
-  EXPECT_THAT(stub_->GetBackfill(&missing_context, missing, &ignored),
+  walfeed::v1::GetBackfillResponse none;
+  EXPECT_THAT(stub_->GetBackfill(&missing_context, missing, &none),
               GrpcIs(grpc::StatusCode::NOT_FOUND, HasSubstr("999999")));
 }
 
@@ -478,7 +482,7 @@ TEST_F(BackfillE2eTest, KilledServerResumesAtTheNextChunk) {
   std::unique_ptr<Subscription> second = Subscribe(Request("a"));
   EXPECT_EQ(second->started().checkpoint(), acked.ToString());
   // The runner loads the backfill once the stream is prepared.
-  Backfill resumed;
+  walfeed::v1::GetBackfillResponse resumed;
   ASSERT_TRUE(WaitUntil([&] {
     walfeed::v1::GetBackfillRequest request;
     request.set_stream(kStream);
