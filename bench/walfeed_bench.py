@@ -364,8 +364,9 @@ def cli_json(args):
 
 def backfill_mode(tmp, cluster, quick):
     """A backfill of a 1,000,000-row table (--quick: 200,000) against COPY (SELECT *
-    FROM it) TO STDOUT of the same table, and a second consumer draining a backlog
-    of change events without and with that backfill running (its events/s)."""
+    FROM it) TO STDOUT of the same table, alone and while a second consumer drains
+    a backlog of change events; and that consumer's events/s without and with the
+    backfill running."""
     rows = 200000 if quick else 1000000
     live_rows = 100000 if quick else 300000
     cluster.sql('CREATE TABLE bf_t (id bigint PRIMARY KEY, payload text, n int)')
@@ -387,7 +388,9 @@ def backfill_mode(tmp, cluster, quick):
     end_lsn = cluster.sql('SELECT pg_current_wal_insert_lsn()')
     results = []
     live_rates = {}
-    for case in ('without', 'with'):
+    # alone: the backfill with no other consumer; without: the live drain
+    # alone; with: both at once.
+    for case in ('alone', 'without', 'with'):
         slot = 'bf_' + case
         copy_slot(cluster, 'bf_tpl', slot)
         server = Server(tmp, cluster, 'bf', slot, 'bf_pub', 'wf_' + slot)
@@ -395,7 +398,8 @@ def backfill_mode(tmp, cluster, quick):
         try:
             server.wait_streaming()
             common = ['--server', server.address, '--stream', 'bf']
-            if case == 'with':
+            r = dict(mode='backfill', case=case)
+            if case != 'without':
                 # The backfill's consumer: drains and acks everything it gets.
                 reader = subprocess.Popen([DRAIN] + common + ['--consumer', 'reader', '--end-lsn',
                                           'FFFFFFFF/0', '--timeout-s', '3600'],
@@ -405,18 +409,18 @@ def backfill_mode(tmp, cluster, quick):
                 t_backfill = time.monotonic()
                 backfill = cli_json(['backfill', 'start'] + common + ['--consumer', 'reader', '--table',
                                      'public.bf_t', '--format', 'json'])
-            live = run_json([DRAIN] + common + ['--consumer', 'live', '--end-lsn', end_lsn,
-                             '--timeout-s', '600'], 700)
-            live_s = max(live['last_event_after_s'] - live['first_event_after_s'], 1e-6)
-            # The drain client is gone for good: a durable consumer that is
-            # gone still holds the stream's buffer (READ events included), so
-            # a backfill bigger than the buffer would wait for it forever.
-            subprocess.run([CLI, 'remove-consumer'] + common + ['--consumer', 'live', '--yes'],
-                           check=True, stdout=subprocess.DEVNULL)
-            live_rates[case] = live['events'] / live_s
-            r = dict(mode='backfill', case=case, live_events=live['events'],
-                     live_events_per_s=round(live_rates[case]))
-            if case == 'with':
+            if case != 'alone':
+                live = run_json([DRAIN] + common + ['--consumer', 'live', '--end-lsn', end_lsn,
+                                 '--timeout-s', '600'], 700)
+                live_s = max(live['last_event_after_s'] - live['first_event_after_s'], 1e-6)
+                live_rates[case] = live['events'] / live_s
+                r.update(live_events=live['events'], live_events_per_s=round(live_rates[case]))
+                # The drain client is gone for good: a durable consumer that is
+                # gone still holds the stream's buffer (READ events included),
+                # so a backfill bigger than the buffer would wait for it.
+                subprocess.run([CLI, 'remove-consumer'] + common + ['--consumer', 'live', '--yes'],
+                               check=True, stdout=subprocess.DEVNULL)
+            if case != 'without':
                 def done():
                     b = cli_json(['backfill', 'status'] + common + ['--id', backfill['id'], '--format', 'json'])
                     return b if b.get('state') != 'BACKFILL_STATE_RUNNING' else None
@@ -426,9 +430,10 @@ def backfill_mode(tmp, cluster, quick):
                          backfill_seconds=round(seconds, 2), backfill_rows_per_s=round(rows / seconds),
                          copy_rows_per_s=round(copy_rows_per_s),
                          backfill_over_copy=round(rows / seconds / copy_rows_per_s, 3),
-                         live_with_over_without=round(live_rates['with'] / live_rates['without'], 3),
                          server_cpu_s=round(proc_cpu_s(server.proc.pid), 1),
                          server_peak_rss_mb=round(proc_peak_rss_kb(server.proc.pid) / 1024, 1))
+            if case == 'with':
+                r.update(live_with_over_without=round(live_rates['with'] / live_rates['without'], 3))
             results.append(r)
             print(json.dumps(r), flush=True)
         finally:
@@ -505,10 +510,14 @@ def summary_table(results):
                              r['start'], r['subscribers'], r['events_each'], r['aggregate_events_per_s'],
                              r.get('aggregate_over_single') or 0, r['server_cpu_us_per_delivered_event'],
                              r['server_peak_rss_mb'], r['walsender_cpu_s'] or 0))
+        elif r['mode'] == 'backfill' and r['case'] == 'alone':
+            lines.append('| backfill | %d rows, default chunks, no other consumer | %s rows/s = **%.2f×** COPY '
+                         'TO STDOUT (%s rows/s) |' % (
+                             r['rows'], r['backfill_rows_per_s'], r['backfill_over_copy'], r['copy_rows_per_s']))
         elif r['mode'] == 'backfill' and r['case'] == 'with':
-            lines.append('| backfill | %d rows, default chunks | %s rows/s = **%.2f×** COPY TO STDOUT (%s rows/s); '
-                         'a second consumer drained %s ev/s during it = **%.2f×** without |' % (
-                             r['rows'], r['backfill_rows_per_s'], r['backfill_over_copy'], r['copy_rows_per_s'],
+            lines.append('| backfill | %d rows while a second consumer drains a backlog | %s rows/s = '
+                         '**%.2f×** COPY; the second consumer: %s ev/s = **%.2f×** without the backfill |' % (
+                             r['rows'], r['backfill_rows_per_s'], r['backfill_over_copy'],
                              r['live_events_per_s'], r['live_with_over_without']))
         elif r['mode'] == 'memory':
             lines.append('| memory | %d-row transaction, consumer %s | peak RSS %.0f MB, %d ev/s, held at the '

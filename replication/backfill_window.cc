@@ -26,6 +26,13 @@ std::vector<int> KeyPositions(const RelationInfo& relation,
   return positions;
 }
 
+bool HasUnchangedToast(const pgoutput::TupleData& tuple) {
+  for (const pgoutput::TupleValue& value : tuple.columns) {
+    if (value.kind == pgoutput::TupleValue::Kind::kUnchangedToast) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string WatermarkContent(WatermarkKind kind, absl::string_view token) {
@@ -139,6 +146,11 @@ void BackfillWindows::NoteChange(Window& window, const ChangeEvent& event) {
     std::optional<std::string> key = EncodeKey(event.new_tuple, window.positions);
     // An UPDATE whose key column is an unchanged TOAST value: the key did not
     // change, and the old key (if sent) names the row.
+    if (key && HasUnchangedToast(event.new_tuple)) {
+      // The change event lacks that value, so it cannot stand in for the
+      // chunk's row; the chunk is read again if it holds the key.
+      window.partial.insert(*key);
+    }
     if (key) {
       window.changed.insert(std::move(*key));
     } else if (!has_old) {
@@ -184,6 +196,15 @@ std::vector<CompletedChunk> BackfillWindows::OnCommit(const TransactionCommitted
       const std::vector<int> positions = KeyPositions(*chunk.relation, window.chunk->key_columns);
       for (pgoutput::TupleData& row : window.chunk->rows) {
         std::optional<std::string> key = EncodeKey(row, positions);
+        if (key && window.partial.contains(*key)) {
+          chunk.outcome = CompletedChunk::Outcome::kRetry;
+          chunk.retry_reason = absl::StrCat(
+              "an UPDATE of ", chunk.relation->schema, ".", chunk.relation->table,
+              " inside the window left a TOASTed value unsent, so its row must be read again");
+          chunk.survivors.clear();
+          chunk.superseded = 0;
+          break;
+        }
         if (key && window.changed.contains(*key)) {
           ++chunk.superseded;
           continue;

@@ -18,7 +18,10 @@
 //
 // A change whose key cannot be read (an unchanged-TOAST key column) makes the
 // chunk kRetry: dropping "its" row is impossible and keeping every row could
-// keep a stale one. A TRUNCATE of the table inside the window drops every row.
+// keep a stale one. So does an UPDATE of a chunk row that left a TOASTed value
+// unsent: the change event cannot stand in for the row (it lacks the value)
+// and the row may be older than it. A TRUNCATE of the table inside the window
+// drops every row.
 //
 // Thread-safe: the backfill thread registers chunks, the reader observes.
 #ifndef WALFEED_REPLICATION_BACKFILL_WINDOW_H_
@@ -112,6 +115,8 @@ class BackfillWindows {
     bool truncated = false;
     std::string unknown_key;  // Non-empty: a change whose key could not be read.
     absl::flat_hash_set<std::string> changed;  // Encoded keys changed in the window.
+    // Of those, keys an UPDATE sent with an unchanged-TOAST value.
+    absl::flat_hash_set<std::string> partial;
     // Per stream description of the table: where the key columns are.
     std::shared_ptr<const RelationInfo> positions_for;
     std::vector<int> positions;

@@ -158,6 +158,31 @@ TEST_F(BackfillWindowsTest, AChangeWhoseKeyWasNotSentMakesTheChunkReadAgain) {
   EXPECT_THAT(done[0].retry_reason, ::testing::HasSubstr("unchanged TOAST"));
 }
 
+TEST_F(BackfillWindowsTest, AnUpdateThatLeftAToastedValueUnsentMakesTheChunkReadAgain) {
+  ExpectChunk();
+  EXPECT_TRUE(windows_.Observe(Mark(WatermarkKind::kLow, "c1")));
+  // Key sent, the other column not: the event cannot replace row 3.
+  ChangeEvent partial = Change(ChangeEvent::Op::kUpdate, table_, "3");
+  partial.new_tuple.columns[1] = {Kind::kUnchangedToast, ""};
+  EXPECT_FALSE(windows_.Observe(partial));
+  std::vector<CompletedChunk> done = High();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].outcome, CompletedChunk::Outcome::kRetry);
+  EXPECT_THAT(done[0].retry_reason, ::testing::HasSubstr("TOASTed value unsent"));
+  EXPECT_THAT(done[0].survivors, IsEmpty());
+
+  // The same kind of update of a key the chunk does not hold changes nothing.
+  ExpectChunk("c2");
+  EXPECT_TRUE(windows_.Observe(Mark(WatermarkKind::kLow, "c2")));
+  ChangeEvent elsewhere = Change(ChangeEvent::Op::kUpdate, table_, "9");
+  elsewhere.new_tuple.columns[1] = {Kind::kUnchangedToast, ""};
+  EXPECT_FALSE(windows_.Observe(elsewhere));
+  done = High("c2");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].outcome, CompletedChunk::Outcome::kDelivered);
+  EXPECT_THAT(Ids(done[0].survivors), ElementsAre("1", "2", "3", "4", "5"));
+}
+
 TEST_F(BackfillWindowsTest, WatermarksOfUnknownChunksAreHiddenAndIgnored) {
   // Another process's (or one replayed after a restart): hidden, no effect.
   EXPECT_TRUE(windows_.Observe(Mark(WatermarkKind::kLow, "elsewhere")));

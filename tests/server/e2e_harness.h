@@ -279,6 +279,18 @@ class Subscription {
     absl::MutexLock lock(&mu_);
     return events_.size();
   }
+  // The events from index `first` on.
+  std::vector<ChangeEvent> events_from(size_t first) const {
+    absl::MutexLock lock(&mu_);
+    if (first >= events_.size()) return {};
+    return std::vector<ChangeEvent>(events_.begin() + static_cast<ptrdiff_t>(first), events_.end());
+  }
+  // The newest event's id, "" before the first (cheaper than events() on a
+  // long subscription).
+  std::string last_event_id() const {
+    absl::MutexLock lock(&mu_);
+    return events_.empty() ? "" : events_.back().id();
+  }
   bool has_started() const {
     absl::MutexLock lock(&mu_);
     return started_.has_value();
