@@ -209,6 +209,14 @@ absl::StatusOr<EventId> AckTracker::AckedBy(absl::string_view consumer) const {
   return it->second;
 }
 
+EventId AckTracker::AckedByAll() const {
+  absl::MutexLock lock(&mu_);
+  if (acks_.empty()) return EventId{};
+  EventId least = acks_.begin()->second;
+  for (const auto& [consumer, acked] : acks_) least = std::min(least, acked);
+  return least;
+}
+
 size_t AckTracker::tracked_transactions() const {
   absl::MutexLock lock(&mu_);
   return transactions_.size();

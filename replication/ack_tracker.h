@@ -96,6 +96,10 @@ class AckTracker {
   absl::StatusOr<EventId> AckedBy(absl::string_view consumer) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // What every consumer has acked: the smallest cumulative ack; EventId{}
+  // when there is no consumer (nobody has processed anything).
+  EventId AckedByAll() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Transactions delivered and not yet released; for metrics and tests.
   size_t tracked_transactions() const ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -6,6 +6,7 @@
 //   ReadChunk    the next rows in key order, under a snapshot that sees every
 //                transaction committed before the low watermark
 //   WriteHigh    the high watermark
+//   ReadExported an initial snapshot's rows, under the slot's exported snapshot
 //   and the durable records: one per backfill, one per delivered chunk.
 //
 // Not thread-safe: one backfill thread per stream owns it.
@@ -42,6 +43,9 @@ struct BackfillTable {
   int64_t estimated_rows = -1;         // pg_class.reltuples.
 };
 
+// Rows per chunk when a backfill asks for none (0).
+inline constexpr uint32_t kDefaultChunkRows = 10000;
+
 enum class BackfillState { kRunning, kDone, kCancelled, kFailed };
 absl::string_view BackfillStateName(BackfillState state);  // "running", ...
 
@@ -49,7 +53,7 @@ absl::string_view BackfillStateName(BackfillState state);  // "running", ...
 struct BackfillRecord {
   std::string id;  // Assigned by Create.
   std::string stream;
-  std::string consumer;
+  std::string consumer;  // "" = every consumer of the stream.
   TableName table;
   std::string where;
   uint32_t chunk_rows = 0;
@@ -59,6 +63,8 @@ struct BackfillRecord {
   uint64_t rows = 0;
   uint64_t chunks = 0;
   uint64_t superseded_rows = 0;
+  // Part of the stream's initial snapshot (StreamConfig::initial_snapshot).
+  bool initial_snapshot = false;
   absl::Time created_at = absl::InfinitePast();
   absl::Time finished_at = absl::InfinitePast();
 };
@@ -105,6 +111,20 @@ class BackfillDatabase {
                                               uint32_t limit,
                                               const std::vector<std::string>& running,
                                               absl::Duration wait) = 0;
+
+  // Initial snapshot: ReadChunk's rows, read under the snapshot the slot
+  // exported when this process created it (no watermark, no wait: it sees
+  // exactly what committed before the stream's start). FailedPrecondition when
+  // that snapshot is not held (any more): read with watermarks instead.
+  virtual absl::StatusOr<ChunkRows> ReadExported(const BackfillTable& table,
+                                                 const std::string& where,
+                                                 const std::vector<std::string>& after,
+                                                 uint32_t limit) {
+    (void)table, (void)where, (void)after, (void)limit;
+    return absl::FailedPreconditionError("no exported snapshot");
+  }
+  // The initial snapshot needs it no more: let it go (it holds back VACUUM).
+  virtual void ReleaseExported() {}
 
   // Durable records (in the checkpoint store's database).
   virtual absl::StatusOr<BackfillRecord> Create(BackfillRecord record) = 0;

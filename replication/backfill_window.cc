@@ -65,13 +65,19 @@ std::optional<std::string> EncodeKey(const pgoutput::TupleData& tuple,
   return key;
 }
 
+void BackfillWindows::CountLocked() { expected_.store(windows_.size() + from_start_.size()); }
+
 void BackfillWindows::Expect(std::shared_ptr<BackfillChunk> chunk) {
   absl::MutexLock lock(&mu_);
   std::string token = chunk->token;
   Window window;
+  window.log.relation_id = chunk->relation->relation_id;
+  window.log.key_columns = chunk->key_columns;
+  // A from-start chunk has no low watermark: its window is open already.
+  window.open = !chunk->from_start.empty();
   window.chunk = std::move(chunk);
   windows_[token] = std::move(window);
-  expected_.store(windows_.size());
+  CountLocked();
 }
 
 bool BackfillWindows::SetRows(absl::string_view token, std::vector<pgoutput::TupleData> rows) {
@@ -86,7 +92,29 @@ bool BackfillWindows::SetRows(absl::string_view token, std::vector<pgoutput::Tup
 void BackfillWindows::Forget(absl::string_view token) {
   absl::MutexLock lock(&mu_);
   windows_.erase(token);
-  expected_.store(windows_.size());
+  CountLocked();
+}
+
+void BackfillWindows::OpenFromStart(const std::string& backfill_id, uint32_t relation_id,
+                                    std::vector<std::string> key_columns) {
+  absl::MutexLock lock(&mu_);
+  KeyLog log;
+  log.relation_id = relation_id;
+  log.key_columns = std::move(key_columns);
+  from_start_[backfill_id] = std::move(log);
+  CountLocked();
+}
+
+void BackfillWindows::CloseFromStart(const std::string& backfill_id) {
+  absl::MutexLock lock(&mu_);
+  from_start_.erase(backfill_id);
+  CountLocked();
+}
+
+bool BackfillWindows::FromStartOpen(const std::string& backfill_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = from_start_.find(backfill_id);
+  return it != from_start_.end() && it->second.has_value();
 }
 
 size_t BackfillWindows::open_windows() const {
@@ -115,27 +143,32 @@ bool BackfillWindows::Observe(const ChangeEvent& event) {
   }
   absl::MutexLock lock(&mu_);
   for (auto& [token, window] : windows_) {
-    if (window.open) NoteChange(window, event);
+    if (window.open && window.chunk->from_start.empty()) NoteChange(window.log, event);
+  }
+  for (auto& [id, log] : from_start_) {
+    if (!log) continue;
+    NoteChange(*log, event);
+    if (log->changed.size() > kMaxFromStartKeys) log.reset();
   }
   return false;
 }
 
-void BackfillWindows::NoteChange(Window& window, const ChangeEvent& event) {
-  const RelationInfo& mine = *window.chunk->relation;
+void BackfillWindows::NoteChange(KeyLog& log, const ChangeEvent& event) {
   if (event.op == ChangeEvent::Op::kTruncate) {
     for (const auto& relation : event.truncated_relations) {
-      if (relation != nullptr && relation->relation_id == mine.relation_id) window.truncated = true;
+      if (relation != nullptr && relation->relation_id == log.relation_id) log.truncated = true;
     }
     return;
   }
-  if (event.relation == nullptr || event.relation->relation_id != mine.relation_id) return;
-  if (window.positions_for != event.relation) {
-    window.positions_for = event.relation;
-    window.positions = KeyPositions(*event.relation, window.chunk->key_columns);
+  if (event.relation == nullptr || event.relation->relation_id != log.relation_id) return;
+  const RelationInfo& mine = *event.relation;
+  if (log.positions_for != event.relation) {
+    log.positions_for = event.relation;
+    log.positions = KeyPositions(*event.relation, log.key_columns);
   }
-  if (window.positions.empty()) {
-    window.unknown_key = absl::StrCat("a change to ", mine.schema, ".", mine.table,
-                                      " whose description lacks a key column");
+  if (log.positions.empty()) {
+    log.unknown_key = absl::StrCat("a change to ", mine.schema, ".", mine.table,
+                                   " whose description lacks a key column");
     return;
   }
   const bool has_new = event.op == ChangeEvent::Op::kInsert || event.op == ChangeEvent::Op::kUpdate;
@@ -143,30 +176,66 @@ void BackfillWindows::NoteChange(Window& window, const ChangeEvent& event) {
                        (event.op == ChangeEvent::Op::kUpdate &&
                         event.old_kind != pgoutput::OldTupleKind::kNone);
   if (has_new) {
-    std::optional<std::string> key = EncodeKey(event.new_tuple, window.positions);
+    std::optional<std::string> key = EncodeKey(event.new_tuple, log.positions);
     // An UPDATE whose key column is an unchanged TOAST value: the key did not
     // change, and the old key (if sent) names the row.
     if (key && HasUnchangedToast(event.new_tuple)) {
       // The change event lacks that value, so it cannot stand in for the
       // chunk's row; the chunk is read again if it holds the key.
-      window.partial.insert(*key);
+      log.partial.insert(*key);
     }
     if (key) {
-      window.changed.insert(std::move(*key));
+      log.changed.insert(std::move(*key));
     } else if (!has_old) {
-      window.unknown_key = absl::StrCat("an UPDATE of ", mine.schema, ".", mine.table,
-                                        " at ", event.id.ToString(),
-                                        " whose key was not sent (unchanged TOAST)");
+      log.unknown_key = absl::StrCat("an UPDATE of ", mine.schema, ".", mine.table, " at ",
+                                     event.id.ToString(),
+                                     " whose key was not sent (unchanged TOAST)");
     }
   }
   if (has_old) {
-    std::optional<std::string> key = EncodeKey(event.old_tuple, window.positions);
+    std::optional<std::string> key = EncodeKey(event.old_tuple, log.positions);
     if (key) {
-      window.changed.insert(std::move(*key));
+      log.changed.insert(std::move(*key));
     } else {
-      window.unknown_key = absl::StrCat("a change to ", mine.schema, ".", mine.table, " at ",
-                                        event.id.ToString(), " whose old key was not sent");
+      log.unknown_key = absl::StrCat("a change to ", mine.schema, ".", mine.table, " at ",
+                                     event.id.ToString(), " whose old key was not sent");
     }
+  }
+}
+
+void BackfillWindows::Judge(const KeyLog& log, Window& window, CompletedChunk& chunk) {
+  if (!window.rows_set) {
+    chunk.outcome = CompletedChunk::Outcome::kRetry;
+    chunk.retry_reason = "the high watermark came before the chunk's rows";
+    return;
+  }
+  if (!log.unknown_key.empty()) {
+    chunk.outcome = CompletedChunk::Outcome::kRetry;
+    chunk.retry_reason = log.unknown_key;
+    return;
+  }
+  if (log.truncated) {
+    chunk.superseded = window.chunk->rows.size();
+    return;
+  }
+  // Positions in the chunk's own description (the rows were read in it).
+  const std::vector<int> positions = KeyPositions(*chunk.relation, window.chunk->key_columns);
+  for (pgoutput::TupleData& row : window.chunk->rows) {
+    std::optional<std::string> key = EncodeKey(row, positions);
+    if (key && log.partial.contains(*key)) {
+      chunk.outcome = CompletedChunk::Outcome::kRetry;
+      chunk.retry_reason = absl::StrCat(
+          "an UPDATE of ", chunk.relation->schema, ".", chunk.relation->table,
+          " inside the window left a TOASTed value unsent, so its row must be read again");
+      chunk.survivors.clear();
+      chunk.superseded = 0;
+      return;
+    }
+    if (key && log.changed.contains(*key)) {
+      ++chunk.superseded;
+      continue;
+    }
+    chunk.survivors.push_back(std::move(row));
   }
 }
 
@@ -183,41 +252,24 @@ std::vector<CompletedChunk> BackfillWindows::OnCommit(const TransactionCommitted
     chunk.consumer = window.chunk->consumer;
     chunk.relation = window.chunk->relation;
     chunk.high_watermark = commit;
-    if (!window.rows_set) {
-      chunk.outcome = CompletedChunk::Outcome::kRetry;
-      chunk.retry_reason = "the high watermark came before the chunk's rows";
-    } else if (!window.unknown_key.empty()) {
-      chunk.outcome = CompletedChunk::Outcome::kRetry;
-      chunk.retry_reason = window.unknown_key;
-    } else if (window.truncated) {
-      chunk.superseded = window.chunk->rows.size();
+    if (window.chunk->from_start.empty()) {
+      Judge(window.log, window, chunk);
+    } else if (auto log = from_start_.find(window.chunk->from_start);
+               log != from_start_.end() && log->second.has_value()) {
+      Judge(*log->second, window, chunk);
     } else {
-      // Positions in the chunk's own description (the rows were read in it).
-      const std::vector<int> positions = KeyPositions(*chunk.relation, window.chunk->key_columns);
-      for (pgoutput::TupleData& row : window.chunk->rows) {
-        std::optional<std::string> key = EncodeKey(row, positions);
-        if (key && window.partial.contains(*key)) {
-          chunk.outcome = CompletedChunk::Outcome::kRetry;
-          chunk.retry_reason = absl::StrCat(
-              "an UPDATE of ", chunk.relation->schema, ".", chunk.relation->table,
-              " inside the window left a TOASTed value unsent, so its row must be read again");
-          chunk.survivors.clear();
-          chunk.superseded = 0;
-          break;
-        }
-        if (key && window.changed.contains(*key)) {
-          ++chunk.superseded;
-          continue;
-        }
-        chunk.survivors.push_back(std::move(row));
-      }
+      chunk.outcome = CompletedChunk::Outcome::kRetry;
+      chunk.retry_reason = absl::StrCat(
+          "more than ", kMaxFromStartKeys, " keys of ", chunk.relation->schema, ".",
+          chunk.relation->table, " changed since the stream started: the rest of the initial "
+          "snapshot is read with watermarks");
     }
     completed.push_back(std::move(chunk));
     windows_.erase(it);
   }
   high_in_transaction_.clear();
   high_pending_.store(false);
-  expected_.store(windows_.size());
+  CountLocked();
   return completed;
 }
 

@@ -71,6 +71,10 @@ struct BackfillChunk {
   // stream's own description of the table).
   std::vector<std::string> key_columns;
   std::vector<pgoutput::TupleData> rows;  // Set by SetRows, in key order.
+  // Non-empty: read under the snapshot the slot exported at its creation (an
+  // initial snapshot), so its window has no low watermark: it opened at the
+  // stream's start and is the log OpenFromStart(from_start) keeps.
+  std::string from_start;
 };
 
 // A chunk whose high watermark committed.
@@ -105,31 +109,54 @@ class BackfillWindows {
   std::vector<CompletedChunk> OnCommit(const TransactionCommitted& commit)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Initial snapshot: notes the keys of table `relation_id` changed from now
+  // on, for the chunks of backfill `backfill_id` read under the exported
+  // snapshot. Call before the stream delivers its first event. Past
+  // kMaxFromStartKeys keys the log is dropped (memory stays bounded) and the
+  // backfill's chunks come back kRetry: read them with watermarks instead.
+  void OpenFromStart(const std::string& backfill_id, uint32_t relation_id,
+                     std::vector<std::string> key_columns) ABSL_LOCKS_EXCLUDED(mu_);
+  void CloseFromStart(const std::string& backfill_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The log is kept (not closed, not dropped).
+  bool FromStartOpen(const std::string& backfill_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr size_t kMaxFromStartKeys = size_t{1} << 20;
+
   size_t open_windows() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct Window {
-    std::shared_ptr<BackfillChunk> chunk;
-    bool rows_set = false;
-    bool open = false;  // Between LW and HW in the stream.
+  // The changes to one table's keys over a stretch of the stream.
+  struct KeyLog {
+    uint32_t relation_id = 0;
+    std::vector<std::string> key_columns;
     bool truncated = false;
     std::string unknown_key;  // Non-empty: a change whose key could not be read.
-    absl::flat_hash_set<std::string> changed;  // Encoded keys changed in the window.
+    absl::flat_hash_set<std::string> changed;  // Encoded keys changed.
     // Of those, keys an UPDATE sent with an unchanged-TOAST value.
     absl::flat_hash_set<std::string> partial;
     // Per stream description of the table: where the key columns are.
     std::shared_ptr<const RelationInfo> positions_for;
     std::vector<int> positions;
   };
-  // Notes the keys `event` changes, if it touches an open window's table.
-  void NoteChange(Window& window, const ChangeEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct Window {
+    std::shared_ptr<BackfillChunk> chunk;
+    bool rows_set = false;
+    bool open = false;  // Between LW and HW in the stream.
+    KeyLog log;         // Unused for a from-start chunk (its log is shared).
+  };
+  // Notes the keys `event` changes in `log`, if it is a change to its table.
+  static void NoteChange(KeyLog& log, const ChangeEvent& event);
+  // The chunk's outcome against the changes `log` noted.
+  static void Judge(const KeyLog& log, Window& window, CompletedChunk& chunk);
+  void CountLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
-  // windows_.size() and !high_in_transaction_.empty(), readable without the
-  // lock: most events pass while no chunk is expected.
+  // windows_.size() + from_start_.size() and !high_in_transaction_.empty(),
+  // readable without the lock: most events pass while no chunk is expected.
   std::atomic<size_t> expected_{0};
   std::atomic<bool> high_pending_{false};
   absl::flat_hash_map<std::string, Window> windows_ ABSL_GUARDED_BY(mu_);  // By token.
+  // Initial snapshot logs by backfill id; nullopt once dropped (too many keys).
+  absl::flat_hash_map<std::string, std::optional<KeyLog>> from_start_ ABSL_GUARDED_BY(mu_);
   // HW messages seen in the open transaction, completed at its commit.
   std::vector<std::string> high_in_transaction_ ABSL_GUARDED_BY(mu_);
 };

@@ -65,6 +65,12 @@ struct StreamConfig {
   // does not publish a TRUNCATE of a single partition. False: each partition
   // under its own name.
   bool publish_via_partition_root = true;
+  // `snapshot: initial`: when walfeed creates the slot, every published table's
+  // current rows become READ events for every consumer: read under the
+  // snapshot the slot exports, so they join the stream exactly at its start
+  // (docs/snapshots.md). False (`none`): the stream starts with the changes
+  // after the slot's creation.
+  bool initial_snapshot = false;
 
   // OK, or InvalidArgument naming the offending field and the rule it breaks.
   absl::Status Validate() const;

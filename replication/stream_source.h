@@ -124,9 +124,22 @@ struct SourceOptions {
   std::function<std::string()> advertise_address;
 };
 
+// A table of the initial snapshot this Prepare() began (StreamConfig::
+// initial_snapshot): its backfill reads under the slot's exported snapshot,
+// so the stream must note the table's key changes from its first event on
+// (BackfillWindows::OpenFromStart).
+struct InitialSnapshotTable {
+  std::string backfill_id;
+  uint32_t relation_id = 0;
+  std::vector<std::string> key_columns;
+};
+
 // The result of Prepare(): where to start, and what to tell the operator.
 struct PreparedSource {
   StartPlan plan;
+  // Non-empty only from the Prepare() that created the slot and holds its
+  // exported snapshot.
+  std::vector<InitialSnapshotTable> initial_snapshot;
   std::vector<std::string> notes;     // What was created (log at info).
   std::vector<std::string> warnings;  // Preflight and plan warnings (log at warn).
 };

@@ -90,6 +90,7 @@ void BackfillToProto(const BackfillView& view, walfeed::v1::Backfill* out) {
   out->set_estimated_rows(view.estimated_rows);
   out->set_rows_per_second(view.rows_per_second);
   out->set_eta_seconds(view.eta_seconds);
+  out->set_initial_snapshot(record.initial_snapshot);
   if (record.created_at != absl::InfinitePast()) SetTime(record.created_at, out->mutable_created_at());
   if (record.finished_at != absl::InfinitePast()) {
     SetTime(record.finished_at, out->mutable_finished_at());
@@ -115,7 +116,10 @@ grpc::ServerUnaryReactor* ChangeStreamService::StartBackfill(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<BackfillRunner*> runner = Backfills(context, Right::kAdmin, request->stream());
   absl::Status status = runner.status();
-  if (status.ok()) status = ValidateConsumerName(request->consumer());
+  // "" = every consumer of the stream.
+  if (status.ok() && !request->consumer().empty()) {
+    status = ValidateConsumerName(request->consumer());
+  }
   absl::StatusOr<replication::TableName> table = ParseTable(request->table());
   if (status.ok()) status = table.status();
   if (status.ok() && request->where().size() > kMaxWhereBytes) {

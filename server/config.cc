@@ -518,7 +518,7 @@ absl::StatusOr<StreamConfig> Parser::ParseStream(const YAML::Node& node, const s
                            Map(node, path,
                                {"name", "conninfo", "conninfo_file", "conninfo_env", "slot",
                                 "publications", "tables", "create_missing",
-                                "publish_via_partition_root", "retention_bytes",
+                                "publish_via_partition_root", "snapshot", "retention_bytes",
                                 "laggard_policy"}));
   StreamConfig stream;
   std::optional<YAML::Node> name = fields.Get("name");
@@ -554,6 +554,19 @@ absl::StatusOr<StreamConfig> Parser::ParseStream(const YAML::Node& node, const s
   if (std::optional<YAML::Node> via_root = fields.Get("publish_via_partition_root")) {
     WALFEED_ASSIGN_OR_RETURN(stream.publish_via_partition_root,
                              Bool(*via_root, fields.PathOf("publish_via_partition_root")));
+  }
+  if (std::optional<YAML::Node> snapshot = fields.Get("snapshot")) {
+    WALFEED_ASSIGN_OR_RETURN(std::string mode,
+                             Scalar(*snapshot, fields.PathOf("snapshot"), "none or initial"));
+    if (mode == "initial") {
+      stream.initial_snapshot = true;
+    } else if (mode != "none") {
+      return Error(*snapshot, fields.PathOf("snapshot"),
+                   absl::StrCat("expected none (the stream starts with the changes after the "
+                                "slot is created) or initial (every published table's rows "
+                                "first, when walfeed creates the slot), found ",
+                                Quote(mode)));
+    }
   }
   if (fields.Get("retention_bytes") || fields.Get("laggard_policy")) {
     RetentionOptions own = config.defaults;

@@ -78,7 +78,14 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
                                     options_.lead_check},
           source_.get(), this,
           StreamSupervisor::Hooks{
-              [this](const replication::StartPlan& plan, replication::AckTracker* tracker) {
+              [this](const replication::PreparedSource& prepared,
+                     replication::AckTracker* tracker) {
+                const replication::StartPlan& plan = prepared.plan;
+                // Before the first event: the initial snapshot's chunks drop
+                // rows whose key changed from the stream's start on.
+                for (const replication::InitialSnapshotTable& table : prepared.initial_snapshot) {
+                  windows_.OpenFromStart(table.backfill_id, table.relation_id, table.key_columns);
+                }
                 tracker_.store(tracker);
                 stream_start_.store(plan.start.value());
                 registry_.Load(tracker, plan.consumers, plan.deliver_after, plan.detached);
@@ -106,6 +113,8 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
             [this](const std::string& consumer) -> absl::StatusOr<EventId> {
               replication::AckTracker* tracker = tracker_.load();
               if (tracker == nullptr) return absl::UnavailableError("not prepared");
+              // "": a backfill for every consumer is acked as far as all are.
+              if (consumer.empty()) return tracker->AckedByAll();
               return tracker->AckedBy(consumer);
             },
             [this] { return registry_.TakesMore(); }},

@@ -263,7 +263,7 @@ void StreamSupervisor::Main() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
     }
-    if (hooks_.on_prepared) hooks_.on_prepared(plan, tracker_.get());
+    if (hooks_.on_prepared) hooks_.on_prepared(prepared, tracker_.get());
     bool lost;
     {
       // Atomically with the check: a lead lost from here on interrupts the

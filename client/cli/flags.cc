@@ -292,22 +292,24 @@ std::string ResetConsumerUsage() {
 
 std::string BackfillUsage() {
   return absl::StrCat(
-      "usage: walfeed backfill start --stream S --consumer C --table SCHEMA.TABLE\n"
+      "usage: walfeed backfill start --stream S [--consumer C] --table SCHEMA.TABLE\n"
       "                              [--where SQL] [--chunk-rows N] [--wait] [flags]\n"
       "       walfeed backfill status --stream S [--id ID] [flags]\n"
       "       walfeed backfill cancel --stream S --id ID [flags]\n"
       "\n"
       "A backfill delivers the current rows of a published table to one durable\n"
-      "consumer as READ events, between its change events, while the stream keeps\n"
-      "flowing; no other consumer sees them. Rows are read in key order in chunks;\n"
-      "after a restart the backfill resumes after the last chunk the consumer\n"
-      "acked. Apply READ and change events by key, in order: the result is the\n"
-      "table. See docs/snapshots.md. start and cancel need a token with the admin\n"
-      "right when the server checks tokens.\n"
+      "consumer (or to every consumer) as READ events, between its change events,\n"
+      "while the stream keeps flowing; no other consumer sees them. Rows are read\n"
+      "in key order in chunks; after a restart the backfill resumes after the last\n"
+      "chunk the consumer acked. Apply READ and change events by key, in order: the\n"
+      "result is the table. A stream with `snapshot: initial` starts with one\n"
+      "backfill per published table for every consumer (status lists them). See\n"
+      "docs/snapshots.md. start and cancel need a token with the admin right when\n"
+      "the server checks tokens.\n"
       "\n"
       "  --stream S             the stream (required)\n"
       "  --consumer C           start: the consumer receiving the rows (it must have\n"
-      "                         subscribed once)\n"
+      "                         subscribed once); without it, every consumer\n"
       "  --table SCHEMA.TABLE   start: the table (must be in the stream's publications\n"
       "                         and have a primary key or unique not-null key)\n"
       "  --where SQL            start: only rows where this predicate holds\n"
@@ -553,7 +555,6 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
     }
     if (backfill.stream.empty()) return Usage("--stream is required");
     if (backfill.action == BackfillFlags::Action::kStart) {
-      if (backfill.consumer.empty()) return Usage("--consumer is required");
       if (backfill.table.empty()) return Usage("--table is required (schema.table)");
     }
     if (backfill.action == BackfillFlags::Action::kCancel && backfill.id.empty()) {

@@ -460,7 +460,11 @@ std::string BackfillLine(const walfeed::v1::Backfill& backfill) {
   const std::string name = absl::AsciiStrToLower(walfeed::v1::BackfillState_Name(backfill.state()));
   const absl::string_view state = absl::StripPrefix(name, "backfill_state_");
   std::string out = absl::StrCat("backfill ", backfill.id(), " of ", backfill.table().schema(),
-                                 ".", backfill.table().table(), " for ", backfill.consumer(),
+                                 ".", backfill.table().table(), " for ",
+                                 backfill.consumer().empty()
+                                     ? std::string("every consumer")
+                                     : absl::StrCat("consumer ", backfill.consumer()),
+                                 backfill.initial_snapshot() ? " (initial snapshot)" : "",
                                  ": ", state, ", ", backfill.rows(), " rows in ",
                                  backfill.chunks(), " chunks");
   if (backfill.superseded_rows() > 0) {

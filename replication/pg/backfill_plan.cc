@@ -240,4 +240,18 @@ absl::StatusOr<BackfillTable> PgBackfillDatabase::Plan(
   return plan;
 }
 
+absl::StatusOr<std::vector<TableName>> PgBackfillDatabase::PublishedTables(
+    const std::vector<std::string>& publications) {
+  WALFEED_ASSIGN_OR_RETURN(
+      PgResultPtr tables,
+      OnSource("SELECT DISTINCT schemaname, tablename FROM pg_publication_tables "
+               "WHERE pubname = ANY($1::text[]) ORDER BY 1, 2",
+               {ArrayLiteral(publications)}));
+  std::vector<TableName> names;
+  for (int row = 0; row < PQntuples(tables.get()); ++row) {
+    names.push_back(TableName{PQgetvalue(tables.get(), row, 0), PQgetvalue(tables.get(), row, 1)});
+  }
+  return names;
+}
+
 }  // namespace walfeed::replication::pg

@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS $schema.backfills (
   rows_read bigint NOT NULL DEFAULT 0,
   chunks bigint NOT NULL DEFAULT 0,
   superseded_rows bigint NOT NULL DEFAULT 0,
+  initial_snapshot boolean NOT NULL DEFAULT false,
   created_at timestamptz NOT NULL DEFAULT now(),
   finished_at timestamptz);
 CREATE TABLE IF NOT EXISTS $schema.backfill_chunks (
@@ -41,7 +42,8 @@ CREATE TABLE IF NOT EXISTS $schema.backfill_chunks (
 constexpr absl::string_view kColumns =
     "id, stream, consumer, table_schema, table_name, predicate, chunk_rows, state, error, "
     "key_columns, rows_read, chunks, superseded_rows, "
-    "extract(epoch from created_at)::float8, extract(epoch from finished_at)::float8";
+    "extract(epoch from created_at)::float8, extract(epoch from finished_at)::float8, "
+    "initial_snapshot";
 
 // A text[] value as printed by PostgreSQL ({a,"b c"}), back to its elements.
 std::vector<std::string> ParseTextArray(absl::string_view text) {
@@ -98,6 +100,7 @@ BackfillRecord RecordOf(const PGresult* result, int row) {
   (void)absl::SimpleAtoi(PQgetvalue(result, row, 12), &record.superseded_rows);
   record.created_at = TimeOf(result, row, 13);
   record.finished_at = TimeOf(result, row, 14);
+  record.initial_snapshot = PQgetvalue(result, row, 15)[0] == 't';
   return record;
 }
 
@@ -116,11 +119,14 @@ absl::StatusOr<BackfillRecord> PgBackfillDatabase::Create(BackfillRecord record)
       PgResultPtr inserted,
       OnStore(absl::StrCat("INSERT INTO ", schema_,
                            ".backfills (stream, consumer, table_schema, table_name, predicate, "
-                           "chunk_rows, state, key_columns) VALUES ($1, $2, $3, $4, $5, $6, "
-                           "'running', $7::text[]) RETURNING ",
+                           "chunk_rows, state, error, key_columns, initial_snapshot, "
+                           "finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text[], $10, "
+                           "CASE WHEN $7 = 'running' THEN NULL ELSE now() END) RETURNING ",
                            kColumns),
               {record.stream, record.consumer, record.table.schema, record.table.table,
-               record.where, absl::StrCat(record.chunk_rows), ArrayLiteral(record.key_columns)}));
+               record.where, absl::StrCat(record.chunk_rows),
+               std::string(BackfillStateName(record.state)), record.error,
+               ArrayLiteral(record.key_columns), record.initial_snapshot ? "true" : "false"}));
   return RecordOf(inserted.get(), 0);
 }
 

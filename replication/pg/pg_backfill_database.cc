@@ -40,13 +40,43 @@ absl::StatusOr<PgResultPtr> RunOn(PgConnPtr* conn, const std::string& conninfo,
   return result;
 }
 
+// A chunk statement's result (ChunkSql's columns: the table's, then the key's)
+// as tuples in pgoutput's text form, and the last row's key.
+ChunkRows RowsOf(const PGresult* rows, const BackfillTable& table) {
+  const int columns = static_cast<int>(table.relation->columns.size());
+  const int keys = static_cast<int>(table.key_columns.size());
+  ChunkRows chunk;
+  chunk.rows.reserve(PQntuples(rows));
+  for (int row = 0; row < PQntuples(rows); ++row) {
+    pgoutput::TupleData tuple;
+    tuple.columns.resize(columns);
+    for (int column = 0; column < columns; ++column) {
+      pgoutput::TupleValue& value = tuple.columns[column];
+      if (PQgetisnull(rows, row, column)) continue;  // kNull.
+      value.kind = pgoutput::TupleValue::Kind::kText;
+      value.data.assign(PQgetvalue(rows, row, column),
+                        static_cast<size_t>(PQgetlength(rows, row, column)));
+    }
+    chunk.rows.push_back(std::move(tuple));
+  }
+  if (!chunk.rows.empty()) {
+    const int last = PQntuples(rows) - 1;
+    for (int key = 0; key < keys; ++key) {
+      chunk.last_key.push_back(PQgetvalue(rows, last, columns + key));
+    }
+  }
+  return chunk;
+}
+
 }  // namespace
 
 PgBackfillDatabase::PgBackfillDatabase(std::string source_conninfo, std::string store_conninfo,
-                                       std::string schema)
+                                       std::string schema,
+                                       std::shared_ptr<ExportedSnapshot> exported)
     : source_conninfo_(std::move(source_conninfo)),
       store_conninfo_(store_conninfo.empty() ? source_conninfo_ : std::move(store_conninfo)),
-      schema_(QuoteIdentifier(schema)) {}
+      schema_(QuoteIdentifier(schema)),
+      exported_(std::move(exported)) {}
 
 absl::StatusOr<PgResultPtr> PgBackfillDatabase::OnSource(
     const std::string& sql, const std::vector<std::optional<std::string>>& params) {
@@ -151,30 +181,22 @@ absl::StatusOr<ChunkRows> PgBackfillDatabase::ReadChunk(const BackfillTable& tab
     return result.status();
   }
   WALFEED_RETURN_IF_ERROR(OnSource("COMMIT", {}).status());
-  const PGresult* rows = result->get();
-  const int columns = static_cast<int>(table.relation->columns.size());
-  const int keys = static_cast<int>(table.key_columns.size());
-  ChunkRows chunk;
-  chunk.rows.reserve(PQntuples(rows));
-  for (int row = 0; row < PQntuples(rows); ++row) {
-    pgoutput::TupleData tuple;
-    tuple.columns.resize(columns);
-    for (int column = 0; column < columns; ++column) {
-      pgoutput::TupleValue& value = tuple.columns[column];
-      if (PQgetisnull(rows, row, column)) continue;  // kNull.
-      value.kind = pgoutput::TupleValue::Kind::kText;
-      value.data.assign(PQgetvalue(rows, row, column),
-                        static_cast<size_t>(PQgetlength(rows, row, column)));
-    }
-    chunk.rows.push_back(std::move(tuple));
-  }
-  if (!chunk.rows.empty()) {
-    const int last = PQntuples(rows) - 1;
-    for (int key = 0; key < keys; ++key) {
-      chunk.last_key.push_back(PQgetvalue(rows, last, columns + key));
-    }
-  }
-  return chunk;
+  return RowsOf(result->get(), table);
+}
+
+absl::StatusOr<ChunkRows> PgBackfillDatabase::ReadExported(const BackfillTable& table,
+                                                           const std::string& where,
+                                                           const std::vector<std::string>& after,
+                                                           uint32_t limit) {
+  if (exported_ == nullptr) return BackfillDatabase::ReadExported(table, where, after, limit);
+  std::vector<std::optional<std::string>> params(after.begin(), after.end());
+  WALFEED_ASSIGN_OR_RETURN(PgResultPtr result,
+                           exported_->Query(ChunkSql(table, where, !after.empty(), limit), params));
+  return RowsOf(result.get(), table);
+}
+
+void PgBackfillDatabase::ReleaseExported() {
+  if (exported_ != nullptr) exported_->Release();
 }
 
 }  // namespace walfeed::replication::pg

@@ -11,28 +11,38 @@
 #ifndef WALFEED_REPLICATION_PG_PG_BACKFILL_DATABASE_H_
 #define WALFEED_REPLICATION_PG_PG_BACKFILL_DATABASE_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "replication/backfill_database.h"
+#include "replication/pg/exported_snapshot.h"
 #include "replication/pg/pg_conn.h"
 
 namespace walfeed::replication::pg {
 
 class PgBackfillDatabase : public BackfillDatabase {
  public:
-  // `store_conninfo` "" = the source database.
+  // `store_conninfo` "" = the source database. `exported` (optional): the
+  // slot's exported snapshot, when this process created the slot.
   PgBackfillDatabase(std::string source_conninfo, std::string store_conninfo,
-                     std::string schema);
+                     std::string schema, std::shared_ptr<ExportedSnapshot> exported = nullptr);
 
   absl::StatusOr<BackfillTable> Plan(const std::vector<std::string>& publications,
                                      const TableName& table, const std::string& where) override;
+  // The tables `publications` publish, by name.
+  absl::StatusOr<std::vector<TableName>> PublishedTables(
+      const std::vector<std::string>& publications);
   absl::StatusOr<std::vector<std::string>> WriteLow(const std::string& token) override;
   absl::Status WriteHigh(const std::string& token) override;
   absl::StatusOr<ChunkRows> ReadChunk(const BackfillTable& table, const std::string& where,
                                       const std::vector<std::string>& after, uint32_t limit,
                                       const std::vector<std::string>& running,
                                       absl::Duration wait) override;
+  absl::StatusOr<ChunkRows> ReadExported(const BackfillTable& table, const std::string& where,
+                                         const std::vector<std::string>& after,
+                                         uint32_t limit) override;
+  void ReleaseExported() override;
   absl::StatusOr<BackfillRecord> Create(BackfillRecord record) override;
   absl::Status SaveProgress(const BackfillRecord& record) override;
   absl::Status AddChunk(const std::string& backfill_id, const ChunkRecord& chunk) override;
@@ -56,6 +66,7 @@ class PgBackfillDatabase : public BackfillDatabase {
   const std::string source_conninfo_;
   const std::string store_conninfo_;
   const std::string schema_;  // Quoted.
+  const std::shared_ptr<ExportedSnapshot> exported_;
   PgConnPtr source_;
   PgConnPtr store_;
 };

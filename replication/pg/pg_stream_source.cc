@@ -5,6 +5,8 @@
 #include "absl/strings/str_format.h"
 #include "replication/pg/pg_backfill_database.h"
 #include "replication/pg/slot_report.h"
+#include "replication/retry.h"
+#include "replication/status_macros.h"
 
 namespace walfeed::replication::pg {
 
@@ -20,8 +22,16 @@ absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
     confirmed_store_ =
         std::make_unique<CommittedConfirmedStore>(committer_.get(), options_.config.name);
   }
+  const StreamConfig& config = options_.config;
+  std::vector<InitialSnapshotTable> initial;
+  SnapshotSteps steps;
+  steps.before_slot = [this, &initial] { return RecordInitialSnapshot(&initial); };
+  steps.import = [this, &config](const std::string& name) {
+    return exported_->Import(config.conninfo, name);
+  };
   absl::StatusOr<PreparedStream> prepared =
-      PrepareStream(options_.config, committer_.get(), options_.checkpoint_schema);
+      PrepareStream(config, committer_.get(), options_.checkpoint_schema,
+                    config.initial_snapshot ? &steps : nullptr);
   if (!prepared.ok()) return prepared.status();
   prepared_ = *prepared;
   PreparedSource result;
@@ -34,6 +44,28 @@ absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
     result.notes.push_back(absl::StrCat("created slot ", options_.config.slot_name, " at ",
                                         prepared->provisioned.consistent_point.ToString()));
   }
+  if (config.initial_snapshot && prepared->provisioned.created_slot) {
+    if (prepared->provisioned.imported_snapshot) {
+      result.notes.push_back(absl::StrCat(
+          "initial snapshot: ", initial.size(), " table(s) read under the slot's exported "
+          "snapshot, for every consumer"));
+      result.initial_snapshot = std::move(initial);
+    } else {
+      exported_->Release();
+      result.warnings.push_back(absl::StrCat(
+          "initial snapshot: the slot's exported snapshot could not be imported (",
+          prepared->provisioned.snapshot_error, "); its ", initial.size(),
+          " table(s) are read with watermarks instead (consistent, but a row changed meanwhile "
+          "may come both as a change and as a READ event)"));
+    }
+  } else if (config.initial_snapshot && !prepared->provisioned.created_slot &&
+             !noted_existing_slot_) {
+    result.notes.push_back(absl::StrCat(
+        "snapshot: initial applies when walfeed creates the slot; slot ", config.slot_name,
+        " existed, so no initial snapshot was started now (backfill a table with "
+        "`walfeed backfill start`)"));
+  }
+  noted_existing_slot_ = true;
   return result;
 }
 
@@ -122,7 +154,54 @@ ReaderStats PgStreamSource::totals() const {
 std::unique_ptr<BackfillDatabase> PgStreamSource::NewBackfillDatabase() {
   return std::make_unique<PgBackfillDatabase>(options_.config.conninfo,
                                               options_.checkpoint_conninfo,
-                                              options_.checkpoint_schema);
+                                              options_.checkpoint_schema, exported_);
+}
+
+absl::Status PgStreamSource::RecordInitialSnapshot(std::vector<InitialSnapshotTable>* tables) {
+  const StreamConfig& config = options_.config;
+  PgBackfillDatabase db(config.conninfo, options_.checkpoint_conninfo,
+                        options_.checkpoint_schema);
+  WALFEED_ASSIGN_OR_RETURN(std::vector<BackfillDatabase::Loaded> loaded, db.Load(config.name));
+  std::vector<BackfillRecord> records;
+  for (BackfillDatabase::Loaded& entry : loaded) {
+    // An earlier Prepare stored them and then failed to create the slot.
+    if (entry.record.initial_snapshot && entry.record.state == BackfillState::kRunning &&
+        entry.chunks.empty()) {
+      records.push_back(std::move(entry.record));
+    }
+  }
+  if (records.empty()) {
+    WALFEED_ASSIGN_OR_RETURN(std::vector<TableName> published,
+                             db.PublishedTables(config.publication_names));
+    for (const TableName& table : published) {
+      BackfillRecord record;
+      record.stream = config.name;
+      record.table = table;
+      record.chunk_rows = kDefaultChunkRows;
+      record.initial_snapshot = true;
+      absl::StatusOr<BackfillTable> plan = db.Plan(config.publication_names, table, "");
+      if (plan.ok()) {
+        record.key_columns = plan->key_columns;
+      } else if (IsTransient(plan.status())) {
+        return plan.status();
+      } else {
+        // No usable key: on record as failed, with the statement that adds one.
+        record.state = BackfillState::kFailed;
+        record.error = std::string(plan.status().message());
+      }
+      WALFEED_ASSIGN_OR_RETURN(BackfillRecord created, db.Create(std::move(record)));
+      records.push_back(std::move(created));
+    }
+  }
+  tables->clear();
+  for (const BackfillRecord& record : records) {
+    if (record.state != BackfillState::kRunning) continue;
+    WALFEED_ASSIGN_OR_RETURN(BackfillTable plan,
+                             db.Plan(config.publication_names, record.table, ""));
+    tables->push_back(
+        InitialSnapshotTable{record.id, plan.relation->relation_id, plan.key_columns});
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SlotReport> PgStreamSource::ReadSlot() {

@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "replication/pg/checkpoint_store.h"
+#include "replication/pg/exported_snapshot.h"
 #include "replication/pg/leader_lock.h"
 #include "replication/pg/stream_reader.h"
 #include "replication/pg/stream_start.h"
@@ -41,7 +42,16 @@ class PgStreamSource final : public StreamSource {
   std::string Leader() override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // SnapshotSteps::before_slot: the initial snapshot's backfill records (one
+  // per published table, for every consumer), unless a Prepare that did not
+  // get to create the slot stored them already; `tables` gets their plans.
+  absl::Status RecordInitialSnapshot(std::vector<InitialSnapshotTable>* tables);
+
   const SourceOptions options_;
+  // The slot's exported snapshot while this process reads its initial
+  // snapshot; shared with every backfill database.
+  const std::shared_ptr<ExportedSnapshot> exported_ = std::make_shared<ExportedSnapshot>();
+  bool noted_existing_slot_ = false;  // Prepare()'s thread.
   // Prepare()'s thread, then shared (the committer with Ack callers).
   std::unique_ptr<PgCheckpointStore> store_;
   std::unique_ptr<GroupCommitter> committer_;

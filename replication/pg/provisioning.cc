@@ -438,18 +438,29 @@ absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config
 }
 
 // Creates the slot on a replication connection; returns its consistent_point.
-absl::StatusOr<Lsn> CreateSlot(const StreamConfig& config) {
+// With `snapshot`, the slot exports a snapshot, imported before the connection
+// runs anything else (it is importable only until then).
+absl::StatusOr<Lsn> CreateSlot(const StreamConfig& config, const SnapshotSteps* snapshot,
+                               ProvisionResult* result) {
   WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kReplication));
   // Never TEMPORARY (a reconnect would lose the position) and never TWO_PHASE
   // (permanent, and walfeed does not decode prepared transactions).
   WALFEED_ASSIGN_OR_RETURN(
-      PgResultPtr result,
+      PgResultPtr created,
       ExecSimple(conn.get(), absl::StrCat("CREATE_REPLICATION_SLOT ", Quoted(config.slot_name),
-                                          " LOGICAL pgoutput (SNAPSHOT 'nothing')")));
-  std::optional<std::string> point = Value(result.get(), 0, 1);
-  if (PQntuples(result.get()) != 1 || !point.has_value()) {
+                                          " LOGICAL pgoutput (SNAPSHOT '",
+                                          snapshot != nullptr ? "export" : "nothing", "')")));
+  std::optional<std::string> point = Value(created.get(), 0, 1);
+  if (PQntuples(created.get()) != 1 || !point.has_value()) {
     return absl::InternalError(absl::StrCat(
         "CREATE_REPLICATION_SLOT for ", Quoted(config.slot_name), " returned no consistent_point"));
+  }
+  if (snapshot != nullptr) {
+    std::optional<std::string> name = Value(created.get(), 0, 2);
+    absl::Status imported = name ? snapshot->import(*name)
+                                 : absl::InternalError("the slot exported no snapshot");
+    result->imported_snapshot = imported.ok();
+    if (!imported.ok()) result->snapshot_error = std::string(imported.message());
   }
   return Lsn::Parse(*point);
 }
@@ -481,13 +492,15 @@ absl::StatusOr<PreflightReport> Preflight(const StreamConfig& config) {
   return Inspect(conn.get(), config, /*check_capacity=*/true);
 }
 
-absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config) {
-  return provisioning_internal::Provision(config, provisioning_internal::Hooks{});
+absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config,
+                                          const SnapshotSteps* snapshot) {
+  return provisioning_internal::Provision(config, provisioning_internal::Hooks{}, snapshot);
 }
 
 namespace provisioning_internal {
 
-absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hooks& hooks) {
+absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hooks& hooks,
+                                          const SnapshotSteps* snapshot) {
   WALFEED_RETURN_IF_ERROR(config.Validate());
   WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kSql));
   WALFEED_ASSIGN_OR_RETURN(PreflightReport before,
@@ -517,7 +530,8 @@ absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hook
 
   if (!before.slot_exists) {
     if (hooks.before_create_slot) hooks.before_create_slot();
-    absl::StatusOr<Lsn> point = CreateSlot(config);
+    if (snapshot != nullptr) WALFEED_RETURN_IF_ERROR(snapshot->before_slot());
+    absl::StatusOr<Lsn> point = CreateSlot(config, snapshot, &result);
     if (point.ok()) {
       result.created_slot = true;
       result.consistent_point = *point;

@@ -75,18 +75,36 @@ struct ProvisionResult {
   // The new slot's consistent_point (its first confirmed_flush_lsn); kInvalid
   // when the slot already existed.
   Lsn consistent_point;
+  // With SnapshotSteps: the created slot's snapshot was imported; otherwise
+  // why not (snapshot_error).
+  bool imported_snapshot = false;
+  std::string snapshot_error;
   // The state after provisioning, including warnings.
   PreflightReport report;
 };
 
+// What Provision does around creating the slot for an initial snapshot.
+struct SnapshotSteps {
+  // Before the slot is created: record durably what the snapshot will read,
+  // so that after a crash right after the slot exists it is still read (with
+  // watermarks). An error stops Provision before the slot is created.
+  std::function<absl::Status()> before_slot;
+  // While the new slot's exported snapshot can be imported: import it. An
+  // error is reported (ProvisionResult::snapshot_error), not returned: the
+  // slot exists, and the snapshot's tables are read with watermarks instead.
+  std::function<absl::Status(const std::string& snapshot_name)> import;
+};
+
 // Runs Preflight(); when config.create_missing, creates each missing publication
 // (FOR TABLE config.tables, or FOR ALL TABLES), then the slot with
-// CREATE_REPLICATION_SLOT ... LOGICAL pgoutput (SNAPSHOT 'nothing') on a
-// replication connection. Creating the slot waits until transactions already
-// running on the server have finished. Calling it again creates nothing. Errors
-// are Preflight()'s plus the server's refusals (e.g. PermissionDenied when the
-// role may not create the publication).
-absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config);
+// CREATE_REPLICATION_SLOT ... LOGICAL pgoutput on a replication connection:
+// (SNAPSHOT 'export') with `snapshot` (its steps run as described above),
+// (SNAPSHOT 'nothing') without. Creating the slot waits until transactions
+// already running on the server have finished. Calling it again creates
+// nothing. Errors are Preflight()'s plus the server's refusals (e.g.
+// PermissionDenied when the role may not create the publication).
+absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config,
+                                          const SnapshotSteps* snapshot = nullptr);
 
 // The statement that creates `publication` as walfeed would (FOR TABLE the
 // config's tables, or FOR ALL TABLES), identifiers quoted. `config` must be valid.
@@ -102,7 +120,8 @@ struct Hooks {
   std::function<void()> before_create_publications;
   std::function<void()> before_create_slot;
 };
-absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hooks& hooks);
+absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hooks& hooks,
+                                          const SnapshotSteps* snapshot = nullptr);
 
 }  // namespace provisioning_internal
 

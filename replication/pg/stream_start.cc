@@ -21,7 +21,8 @@ absl::StatusOr<SlotCheck> ReadSlotCheck(const StreamConfig& config,
 
 absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
                                              GroupCommitter* committer,
-                                             absl::string_view checkpoint_schema) {
+                                             absl::string_view checkpoint_schema,
+                                             const SnapshotSteps* snapshot) {
   WALFEED_RETURN_IF_ERROR(config.Validate());
   WALFEED_ASSIGN_OR_RETURN(StreamCheckpoint stored, committer->Load(config.name));
   WALFEED_ASSIGN_OR_RETURN(SlotCheck before, ReadSlotCheck(config, checkpoint_schema));
@@ -36,7 +37,7 @@ absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
     WALFEED_RETURN_IF_ERROR(PlanStart(before, stored).status());
   }
   PreparedStream prepared;
-  WALFEED_ASSIGN_OR_RETURN(prepared.provisioned, Provision(config));
+  WALFEED_ASSIGN_OR_RETURN(prepared.provisioned, Provision(config, snapshot));
   // Read the slot again only if Provision created it: otherwise `before` is what
   // a second read would say (a replication connection saved at every start). A
   // slot dropped or replaced after this read is still caught: the reader checks

@@ -34,9 +34,11 @@ struct PreparedStream {
 // `committer`, whose tables live in `checkpoint_schema`. Errors: Provision()'s and
 // PlanStart()'s (DataLoss for a lost, dropped, recreated or advanced slot, each
 // naming the recovery).
+// `snapshot`: the initial snapshot's steps, used if the slot is created.
 absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
                                              GroupCommitter* committer,
-                                             absl::string_view checkpoint_schema);
+                                             absl::string_view checkpoint_schema,
+                                             const SnapshotSteps* snapshot = nullptr);
 
 // ReaderOptions for a prepared stream: connection, slot, publications, the slot
 // identity to re-check on every reconnect and the delivery floor.

@@ -32,9 +32,14 @@ void BackfillRunner::Run() {
         // No longer streamed here: whoever streams it next resumes from the records.
         for (auto& [number, job] : jobs_) {
           if (job.in_flight) windows_->Forget(job.in_flight->token);
+          if (job.exported) StopExported(job);
         }
         jobs_.clear();
         loaded_generation_ = 0;
+        if (!snapshot_released_) {
+          snapshot_released_ = true;
+          db->ReleaseExported();
+        }
       }
       loaded = generation != 0 && loaded_generation_ == generation;
     }
@@ -70,7 +75,7 @@ bool BackfillRunner::Load(replication::BackfillDatabase& db) {
       absl::StatusOr<EventId> checkpoint = hooks_.checkpoint(job.record.consumer);
       if (!checkpoint.ok()) {
         job.record.state = BackfillState::kCancelled;
-        job.record.error = absl::StrCat("consumer ", job.record.consumer, " no longer exists");
+        job.record.error = absl::StrCat(Audience(job.record.consumer), " no longer exists");
         job.record.finished_at = absl::Now();
         job.dirty = true;
       } else {
@@ -99,12 +104,16 @@ bool BackfillRunner::Load(replication::BackfillDatabase& db) {
           return false;
         }
         if (job.record.state == BackfillState::kRunning) {
-          StreamLogger()->info("stream {}: backfill {} of {} for consumer {} resumes {}",
+          // Its window opened at the stream's start, in this process: it
+          // still reads under the exported snapshot.
+          job.exported = job.record.initial_snapshot && windows_->FromStartOpen(job.record.id);
+          StreamLogger()->info("stream {}: backfill {} of {} for {} resumes {}{}",
                                stream_, job.record.id, job.record.table.Quoted(),
-                               job.record.consumer,
+                               Audience(job.record.consumer),
                                done == nullptr ? std::string("from the start")
                                                : absl::StrCat("after chunk ending at ",
-                                                              done->boundary.ToString()));
+                                                              done->boundary.ToString()),
+                               job.exported ? " under the slot's exported snapshot" : "");
         }
       }
     }
@@ -182,7 +191,7 @@ bool BackfillRunner::Step(replication::BackfillDatabase& db) {
       Job& job = it->second;
       if (!checkpoint.ok()) {
         job.record.state = BackfillState::kCancelled;
-        job.record.error = absl::StrCat("consumer ", job.record.consumer, " was removed");
+        job.record.error = absl::StrCat(Audience(job.record.consumer), " was removed");
         job.record.finished_at = absl::Now();
         job.dirty = true;
         worked = true;
@@ -194,10 +203,10 @@ bool BackfillRunner::Step(replication::BackfillDatabase& db) {
           job.record.state = BackfillState::kDone;
           job.record.finished_at = absl::Now();
           job.dirty = true;
-          StreamLogger()->info("stream {}: backfill {} of {} for consumer {} is done: {} rows "
+          StreamLogger()->info("stream {}: backfill {} of {} for {} is done: {} rows "
                                "in {} chunks ({} superseded by the stream)",
                                stream_, job.record.id, job.record.table.Quoted(),
-                               job.record.consumer, job.record.rows, job.record.chunks,
+                               Audience(job.record.consumer), job.record.rows, job.record.chunks,
                                job.record.superseded_rows);
         }
         job.outstanding.pop_front();
@@ -226,6 +235,7 @@ bool BackfillRunner::Step(replication::BackfillDatabase& db) {
       worked = true;
     }
   }
+  ReleaseUnusedSnapshot(db);
   return worked;
 }
 
@@ -236,6 +246,7 @@ void BackfillRunner::ReadChunk(replication::BackfillDatabase& db, const std::str
   BackfillRecord record;
   std::vector<std::string> after;
   std::string token;
+  bool exported = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(number);
@@ -243,6 +254,7 @@ void BackfillRunner::ReadChunk(replication::BackfillDatabase& db, const std::str
     plan = it->second.plan;
     record = it->second.record;
     after = it->second.next_after;
+    exported = it->second.exported;
     token = absl::StrCat(instance_, ".", id, ".", ++tokens_);
   }
   auto fail = [&](const absl::Status& why) {
@@ -267,12 +279,30 @@ void BackfillRunner::ReadChunk(replication::BackfillDatabase& db, const std::str
   chunk->consumer = record.consumer;
   chunk->relation = plan->relation;
   chunk->key_columns = plan->key_columns;
-  windows_->Expect(chunk);
-  absl::StatusOr<std::vector<std::string>> running = db.WriteLow(token);
-  if (!running.ok()) return fail(running.status());
-  absl::StatusOr<replication::ChunkRows> rows = db.ReadChunk(
-      *plan, record.where, after, record.chunk_rows, *running, options_.snapshot_wait);
-  if (!rows.ok()) return fail(rows.status());
+  absl::StatusOr<replication::ChunkRows> rows;
+  if (exported) {
+    // No low watermark: the window opened at the stream's start.
+    chunk->from_start = record.id;
+    windows_->Expect(chunk);
+    rows = db.ReadExported(*plan, record.where, after, record.chunk_rows);
+    if (!rows.ok()) {
+      windows_->Forget(token);
+      StreamLogger()->warn("stream {}: backfill {}: reading under the slot's exported snapshot "
+                           "failed ({}); the rest is read with watermarks",
+                           stream_, id, rows.status().ToString());
+      absl::MutexLock lock(&mu_);
+      auto it = jobs_.find(number);
+      if (it != jobs_.end() && it->second.exported) StopExported(it->second);
+      return;
+    }
+  } else {
+    windows_->Expect(chunk);
+    absl::StatusOr<std::vector<std::string>> running = db.WriteLow(token);
+    if (!running.ok()) return fail(running.status());
+    rows = db.ReadChunk(*plan, record.where, after, record.chunk_rows, *running,
+                        options_.snapshot_wait);
+    if (!rows.ok()) return fail(rows.status());
+  }
   const bool final = rows->rows.size() < record.chunk_rows;
   std::vector<std::string> last_key = rows->last_key.empty() ? after : rows->last_key;
   windows_->SetRows(token, std::move(rows->rows));

@@ -49,6 +49,14 @@ absl::Status NoBackfill(const std::string& stream, const std::string& id) {
       reason::kBackfillNotFound, {{"stream", stream}, {"backfill", id}});
 }
 
+}  // namespace
+
+std::string Audience(const std::string& consumer) {
+  return consumer.empty() ? std::string("every consumer") : absl::StrCat("consumer ", consumer);
+}
+
+namespace {
+
 uint64_t IdNumber(const std::string& id) {
   uint64_t number = 0;
   return absl::SimpleAtoi(id, &number) ? number : 0;
@@ -129,7 +137,7 @@ absl::StatusOr<BackfillView> BackfillRunner::Begin(const std::string& consumer,
           job.record.table == table) {
         return reason::WithReason(
             absl::AlreadyExistsError(absl::StrCat(
-                "backfill ", job.record.id, " of ", table.Quoted(), " for consumer ", consumer,
+                "backfill ", job.record.id, " of ", table.Quoted(), " for ", Audience(consumer),
                 " is running; cancel it first (walfeed backfill cancel ", job.record.id, ")")),
             reason::kBackfillRunning, {{"stream", stream_}, {"backfill", job.record.id}});
       }
@@ -156,9 +164,9 @@ absl::StatusOr<BackfillView> BackfillRunner::Begin(const std::string& consumer,
   record.key_columns = plan->key_columns;
   absl::StatusOr<BackfillRecord> created = rpc_db_->Create(std::move(record));
   if (!created.ok()) return PlanError(created.status(), stream_, table);
-  StreamLogger()->info("stream {}: backfill {} of {} for consumer {} started (key {}, {} rows "
+  StreamLogger()->info("stream {}: backfill {} of {} for {} started (key {}, {} rows "
                        "per chunk{}{})",
-                       stream_, created->id, table.Quoted(), consumer,
+                       stream_, created->id, table.Quoted(), Audience(consumer),
                        absl::StrJoin(plan->key_columns, ", "), chunk_rows,
                        where.empty() ? "" : ", where ", where);
   absl::MutexLock lock(&mu_);
@@ -247,6 +255,8 @@ void BackfillRunner::OnCompleted(const replication::CompletedChunk& chunk, Event
     if (chunk.outcome == replication::CompletedChunk::Outcome::kRetry) {
       StreamLogger()->info("stream {}: backfill {} reads a chunk again: {}", stream_,
                            job.record.id, chunk.retry_reason);
+      // Under the exported snapshot it would read the same rows again.
+      if (job.exported) StopExported(job);
     } else {
       // A chunk that delivered nothing has nothing to ack: it is done once
       // the chunk before it is (a consumer that acks only events it got, not
@@ -269,6 +279,24 @@ void BackfillRunner::OnCompleted(const replication::CompletedChunk& chunk, Event
     wake_.SignalAll();
     return;
   }
+}
+
+void BackfillRunner::StopExported(Job& job) {
+  job.exported = false;
+  windows_->CloseFromStart(job.record.id);
+}
+
+void BackfillRunner::ReleaseUnusedSnapshot(replication::BackfillDatabase& db) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (snapshot_released_) return;
+    for (auto& [number, job] : jobs_) {
+      if (job.exported && job.record.state != BackfillState::kRunning) StopExported(job);
+      if (job.exported) return;
+    }
+    snapshot_released_ = true;
+  }
+  db.ReleaseExported();
 }
 
 void BackfillRunner::Failed(Job& job, const absl::Status& why, bool definite) {

@@ -18,6 +18,13 @@
 // most max_outstanding chunks of rows the consumer had not acked yet, and
 // never a row it acked except in the one chunk it acked part of).
 //
+// A backfill for every consumer ("" as its consumer: the stream's initial
+// snapshot, or StartBackfill without one) is acked as far as every consumer
+// has acked. The initial snapshot's chunks are read under the snapshot the
+// slot exported, without watermarks (their window opened at the stream's
+// start, BackfillWindows::OpenFromStart), while this process holds it; after
+// a restart, or when that window is dropped, with watermarks like any other.
+//
 // Leader only: the runner works while its stream is prepared here (the
 // generation hook changes whenever the stream is prepared again or lost) and
 // reloads its backfills from the records each time.
@@ -47,7 +54,7 @@ using replication::BackfillRecord;
 using replication::EventId;
 
 struct BackfillOptions {
-  uint32_t default_chunk_rows = 10000;
+  uint32_t default_chunk_rows = replication::kDefaultChunkRows;
   uint32_t max_chunk_rows = 1000000;
   // Chunks delivered and not yet acked whole: the runner waits beyond this.
   // Measured: 2 instead of 4 cost a quarter of the rate (the next chunk waited
@@ -62,6 +69,10 @@ struct BackfillOptions {
   absl::Duration retry_base = absl::Milliseconds(200);
   absl::Duration retry_cap = absl::Seconds(30);
 };
+
+// "every consumer" for "", else "consumer NAME": whom a backfill is for, in
+// messages.
+std::string Audience(const std::string& consumer);
 
 // A backfill as status shows it.
 struct BackfillView {
@@ -81,7 +92,7 @@ class BackfillRunner {
     // while it is not: the runner works only on a non-zero generation.
     std::function<uint64_t()> generation;
     // A consumer's durable checkpoint; NotFound for a consumer the stream does
-    // not know.
+    // not know. For "" (a backfill for every consumer): what all have acked.
     std::function<absl::StatusOr<EventId>(const std::string&)> checkpoint;
     std::function<bool()> has_room;  // The stream's buffer takes more.
   };
@@ -133,6 +144,9 @@ class BackfillRunner {
     absl::Time retry_at = absl::InfinitePast();
     int failures = 0;
     std::string retrying;  // Why the last chunk failed (transient), "" after a success.
+    // An initial snapshot's backfill whose chunks are read under the slot's
+    // exported snapshot (until that fails or is gone: then with watermarks).
+    bool exported = false;
     std::deque<std::pair<absl::Time, uint64_t>> rate;  // (when, rows) samples.
   };
 
@@ -146,6 +160,10 @@ class BackfillRunner {
       ABSL_LOCKS_EXCLUDED(mu_);
   void Failed(Job& job, const absl::Status& why, bool definite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BackfillView ViewLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `job` reads with watermarks from now on.
+  void StopExported(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lets the exported snapshot go once no running backfill reads under it.
+  void ReleaseUnusedSnapshot(replication::BackfillDatabase& db) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string stream_;
   const std::vector<std::string> publications_;
@@ -160,6 +178,7 @@ class BackfillRunner {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t loaded_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  bool snapshot_released_ ABSL_GUARDED_BY(mu_) = false;
   // By id, numerically (ids are the store's serial numbers).
   absl::btree_map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);
 

@@ -327,6 +327,19 @@ TEST_F(AckTrackerTest, EventsAppendedAfterACommitAreAckableAndHoldTheTransaction
   EXPECT_EQ(tracker_.Confirmable(), L("0/2000030"));
 }
 
+TEST_F(AckTrackerTest, AckedByAllIsTheSlowestConsumersAck) {
+  EXPECT_EQ(tracker_.AckedByAll(), EventId{}) << "no consumer: nothing is processed";
+  ASSERT_THAT(tracker_.AddConsumer("fast", EventId{}), IsOk());
+  ASSERT_THAT(tracker_.AddConsumer("slow", EventId{}), IsOk());
+  Deliver(tracker_, "0/2000000", "0/2000030", 3);
+  ASSERT_THAT(tracker_.Ack("fast", Id("0/2000000", 2)), IsOk());
+  EXPECT_EQ(tracker_.AckedByAll(), EventId{});
+  ASSERT_THAT(tracker_.Ack("slow", Id("0/2000000", 1)), IsOk());
+  EXPECT_EQ(tracker_.AckedByAll(), Id("0/2000000", 1));
+  ASSERT_THAT(tracker_.RemoveConsumer("slow"), IsOk());
+  EXPECT_EQ(tracker_.AckedByAll(), Id("0/2000000", 2));
+}
+
 TEST_F(AckTrackerTest, AppendingAfterAnyButTheNewestCommittedTransactionIsRefused) {
   ASSERT_THAT(tracker_.AddConsumer("c", EventId{}), IsOk());
   Deliver(tracker_, "0/2000000", "0/2000030", 1);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -206,6 +207,54 @@ TEST_F(BackfillWindowsTest, AHighWatermarkBeforeTheRowsMakesTheChunkReadAgain) {
   std::vector<CompletedChunk> done = High("c2");
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].outcome, CompletedChunk::Outcome::kRetry);
+}
+
+TEST_F(BackfillWindowsTest, AFromStartChunkDropsWhatChangedSinceTheStreamStarted) {
+  // Opened before the stream's first event; the chunk is read much later.
+  windows_.OpenFromStart("7", 100, {"id"});
+  EXPECT_TRUE(windows_.FromStartOpen("7"));
+  EXPECT_FALSE(windows_.Observe(Change(ChangeEvent::Op::kUpdate, table_, "2")));
+  EXPECT_FALSE(windows_.Observe(Change(ChangeEvent::Op::kDelete, table_, "5")));
+  EXPECT_FALSE(windows_.Observe(Change(ChangeEvent::Op::kInsert, Relation(200), "1")));
+  auto chunk = std::make_shared<BackfillChunk>();
+  chunk->token = "s1";
+  chunk->consumer = "";
+  chunk->relation = table_;
+  chunk->key_columns = {"id"};
+  chunk->from_start = "7";
+  windows_.Expect(chunk);
+  // No low watermark: changes between Expect and the rows count as well.
+  EXPECT_FALSE(windows_.Observe(Change(ChangeEvent::Op::kUpdate, table_, "3")));
+  ASSERT_TRUE(windows_.SetRows("s1", {Row("1", "a"), Row("2", "b"), Row("3", "c"),
+                                      Row("4", "d"), Row("5", "e")}));
+  std::vector<CompletedChunk> done = High("s1");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].outcome, CompletedChunk::Outcome::kDelivered);
+  EXPECT_THAT(Ids(done[0].survivors), ElementsAre("1", "4"));
+  EXPECT_EQ(done[0].superseded, 3u);
+  // The log outlives the chunk until it is closed.
+  EXPECT_TRUE(windows_.FromStartOpen("7"));
+  windows_.CloseFromStart("7");
+  EXPECT_FALSE(windows_.FromStartOpen("7"));
+}
+
+TEST_F(BackfillWindowsTest, AFromStartLogPastItsBoundMakesTheChunksReadAgain) {
+  windows_.OpenFromStart("7", 100, {"id"});
+  for (size_t i = 0; i <= BackfillWindows::kMaxFromStartKeys; ++i) {
+    windows_.Observe(Change(ChangeEvent::Op::kInsert, table_, absl::StrCat(1000 + i)));
+  }
+  EXPECT_FALSE(windows_.FromStartOpen("7"));
+  auto chunk = std::make_shared<BackfillChunk>();
+  chunk->token = "s1";
+  chunk->relation = table_;
+  chunk->key_columns = {"id"};
+  chunk->from_start = "7";
+  windows_.Expect(chunk);
+  ASSERT_TRUE(windows_.SetRows("s1", {Row("1", "a")}));
+  std::vector<CompletedChunk> done = High("s1");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].outcome, CompletedChunk::Outcome::kRetry);
+  EXPECT_THAT(done[0].retry_reason, ::testing::HasSubstr("read with watermarks"));
 }
 
 TEST(EncodeKeyTest, KindAndLengthKeepKeysApart) {

@@ -208,6 +208,14 @@ std::string NewValue(const ChangeEvent& event, const std::string& name) {
   return "";
 }
 
+// The text of column `name` of the event's old row ("" when absent).
+std::string OldValue(const ChangeEvent& event, const std::string& name) {
+  for (const ColumnValue& column : event.old_values()) {
+    if (column.name() == name) return column.text();
+  }
+  return "";
+}
+
 std::vector<std::string> Ids(const std::vector<ChangeEvent>& events) {
   std::vector<std::string> ids;
   for (const ChangeEvent& event : events) ids.push_back(event.id());
