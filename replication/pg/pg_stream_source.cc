@@ -161,45 +161,43 @@ absl::Status PgStreamSource::RecordInitialSnapshot(std::vector<InitialSnapshotTa
   const StreamConfig& config = options_.config;
   PgBackfillDatabase db(config.conninfo, options_.checkpoint_conninfo,
                         options_.checkpoint_schema);
+  tables->clear();
+  // What the stream needs from a running record: the table's oid and key.
+  auto add = [&](const BackfillRecord& record, const BackfillTable& plan) {
+    tables->push_back(InitialSnapshotTable{record.id, plan.relation->relation_id,
+                                           plan.key_columns});
+  };
   WALFEED_ASSIGN_OR_RETURN(std::vector<BackfillDatabase::Loaded> loaded, db.Load(config.name));
-  std::vector<BackfillRecord> records;
-  for (BackfillDatabase::Loaded& entry : loaded) {
+  for (const BackfillDatabase::Loaded& entry : loaded) {
     // An earlier Prepare stored them and then failed to create the slot.
     if (entry.record.initial_snapshot && entry.record.state == BackfillState::kRunning &&
         entry.chunks.empty()) {
-      records.push_back(std::move(entry.record));
+      WALFEED_ASSIGN_OR_RETURN(BackfillTable plan,
+                               db.Plan(config.publication_names, entry.record.table, ""));
+      add(entry.record, plan);
     }
   }
-  if (records.empty()) {
-    WALFEED_ASSIGN_OR_RETURN(std::vector<TableName> published,
-                             db.PublishedTables(config.publication_names));
-    for (const TableName& table : published) {
-      BackfillRecord record;
-      record.stream = config.name;
-      record.table = table;
-      record.chunk_rows = kDefaultChunkRows;
-      record.initial_snapshot = true;
-      absl::StatusOr<BackfillTable> plan = db.Plan(config.publication_names, table, "");
-      if (plan.ok()) {
-        record.key_columns = plan->key_columns;
-      } else if (IsTransient(plan.status())) {
-        return plan.status();
-      } else {
-        // No usable key: on record as failed, with the statement that adds one.
-        record.state = BackfillState::kFailed;
-        record.error = std::string(plan.status().message());
-      }
-      WALFEED_ASSIGN_OR_RETURN(BackfillRecord created, db.Create(std::move(record)));
-      records.push_back(std::move(created));
+  if (!tables->empty()) return absl::OkStatus();
+  WALFEED_ASSIGN_OR_RETURN(std::vector<TableName> published,
+                           db.PublishedTables(config.publication_names));
+  for (const TableName& table : published) {
+    BackfillRecord record;
+    record.stream = config.name;
+    record.table = table;
+    record.chunk_rows = kDefaultChunkRows;
+    record.initial_snapshot = true;
+    absl::StatusOr<BackfillTable> plan = db.Plan(config.publication_names, table, "");
+    if (plan.ok()) {
+      record.key_columns = plan->key_columns;
+    } else if (IsTransient(plan.status())) {
+      return plan.status();
+    } else {
+      // No usable key: on record as failed, with the statement that adds one.
+      record.state = BackfillState::kFailed;
+      record.error = std::string(plan.status().message());
     }
-  }
-  tables->clear();
-  for (const BackfillRecord& record : records) {
-    if (record.state != BackfillState::kRunning) continue;
-    WALFEED_ASSIGN_OR_RETURN(BackfillTable plan,
-                             db.Plan(config.publication_names, record.table, ""));
-    tables->push_back(
-        InitialSnapshotTable{record.id, plan.relation->relation_id, plan.key_columns});
+    WALFEED_ASSIGN_OR_RETURN(BackfillRecord created, db.Create(std::move(record)));
+    if (plan.ok()) add(created, *plan);
   }
   return absl::OkStatus();
 }
