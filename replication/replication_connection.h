@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -70,6 +71,15 @@ class ReplicationConnection {
   // (only while output is pending), `wake_fd` is readable, or `deadline`.
   // Interruption by a signal returns with nothing ready.
   virtual absl::StatusOr<Readiness> Wait(bool want_input, absl::Time deadline, int wake_fd) = 0;
+
+  // A silent session's second opinion (see pg/walsender_watch.h): starts,
+  // without blocking, a check over another connection that the walsender still
+  // holds the slot; alive_confirmations() counts the checks that found it did.
+  // Connections that cannot check never confirm.
+  virtual void RequestAliveCheck() {}
+  virtual uint64_t alive_confirmations() const { return 0; }
+  // Why the last check did not confirm; empty when none failed.
+  virtual std::string alive_check_failure() const { return ""; }
 
   // Ends the copy cleanly (CopyDone), drains what the server still sends and
   // reports its final status; gives up after `timeout` so that a shutdown in the

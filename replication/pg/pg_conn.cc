@@ -113,32 +113,56 @@ void LogNotice(void*, const char* message) {
   while (!text.empty() && text.back() == '\n') text.pop_back();
   spdlog::info("postgres: {}", text);
 }
+
+// The keywords and values every connect passes to libpq (null-terminated arrays
+// pointing into `conninfo`, which the caller keeps alive).
+//
+// libpq processes these in order and a repeated keyword takes the last value, so:
+// our defaults first (a conninfo that sets one overrides it), then the conninfo
+// itself (expanded from the first dbname keyword), then replication=database
+// last so a conninfo cannot turn it off.
+//
+// The defaults bound a silent network: without them a connect to a host that
+// drops packets waits for the kernel's SYN retries (about 2 minutes), and an
+// idle connection to a vanished host is never noticed. TCP keepalives after
+// 10 s idle, every 5 s, 3 probes; unacknowledged data for 30 s ends the
+// connection (tcp_user_timeout); a connect gives up after 10 s. (Ignored for
+// Unix sockets.)
+struct ConnectParams {
+  ConnectParams(const std::string& conninfo, ConnectionKind kind)
+      : keys{"application_name", "connect_timeout",     "keepalives",
+             "keepalives_idle",  "keepalives_interval", "keepalives_count",
+             "tcp_user_timeout", "dbname"},
+        values{"walfeed", "10", "1", "10", "5", "3", "30000", conninfo.c_str()} {
+    if (kind == ConnectionKind::kReplication) {
+      keys.push_back("replication");
+      values.push_back("database");
+    }
+    keys.push_back(nullptr);
+    values.push_back(nullptr);
+  }
+  std::vector<const char*> keys;
+  std::vector<const char*> values;
+};
 }  // namespace
 
-absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind) {
-  // libpq processes these in order and a repeated keyword takes the last value, so:
-  // our defaults first (a conninfo that sets one overrides it), then the conninfo
-  // itself (expanded from the first dbname keyword), then replication=database
-  // last so a conninfo cannot turn it off.
-  //
-  // The defaults bound a silent network: without them a connect to a host that
-  // drops packets waits for the kernel's SYN retries (about 2 minutes), and an
-  // idle connection to a vanished host is never noticed. TCP keepalives after
-  // 10 s idle, every 5 s, 3 probes; unacknowledged data for 30 s ends the
-  // connection (tcp_user_timeout); a connect gives up after 10 s. (Ignored for
-  // Unix sockets.)
+PgConnPtr StartConnect(absl::string_view conninfo, ConnectionKind kind) {
   const std::string conninfo_str(conninfo);
-  std::vector<const char*> keys = {"application_name", "connect_timeout",     "keepalives",
-                                   "keepalives_idle",  "keepalives_interval", "keepalives_count",
-                                   "tcp_user_timeout", "dbname"};
-  std::vector<const char*> values = {"walfeed", "10", "1", "10", "5", "3", "30000",
-                                     conninfo_str.c_str()};
-  if (kind == ConnectionKind::kReplication) {
-    keys.push_back("replication");
-    values.push_back("database");
+  const ConnectParams params(conninfo_str, kind);
+  PgConnPtr conn(PQconnectStartParams(params.keys.data(), params.values.data(),
+                                      /*expand_dbname=*/1));
+  if (conn != nullptr && PQstatus(conn.get()) != CONNECTION_BAD) {
+    PQsetErrorVerbosity(conn.get(), PQERRORS_VERBOSE);
+    PQsetNoticeProcessor(conn.get(), &LogNotice, nullptr);
   }
-  keys.push_back(nullptr);
-  values.push_back(nullptr);
+  return conn;
+}
+
+absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind) {
+  const std::string conninfo_str(conninfo);
+  const ConnectParams params(conninfo_str, kind);
+  const std::vector<const char*>& keys = params.keys;
+  const std::vector<const char*>& values = params.values;
   // One blocking connect, with libpq's own handling of several hosts and
   // addresses (connect_timeout per address, then the next one). A success costs
   // one connection.

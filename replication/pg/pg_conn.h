@@ -45,6 +45,10 @@ enum class ConnectionKind {
 // "walfeed", connect_timeout to 10 s, and TCP keepalives / tcp_user_timeout bound
 // a silent peer (see pg_conn.cc), unless the conninfo sets them.
 absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind);
+// The same defaults, but only begun (PQconnectStartParams): the caller drives
+// PQconnectPoll and bounds the time itself. Errors are verbose. Null when out
+// of memory; check PQstatus for CONNECTION_BAD.
+PgConnPtr StartConnect(absl::string_view conninfo, ConnectionKind kind);
 
 // Runs one statement with text parameters ($1, $2, ...; nullopt = NULL). Not on
 // replication connections (they accept only the simple query protocol).

@@ -38,7 +38,8 @@ absl::StatusOr<std::unique_ptr<PgReplicationConnection>> PgReplicationConnection
     absl::string_view conninfo) {
   absl::StatusOr<PgConnPtr> conn = pg::Connect(conninfo, ConnectionKind::kReplication);
   if (!conn.ok()) return conn.status();
-  std::unique_ptr<PgReplicationConnection> rc(new PgReplicationConnection(std::move(*conn)));
+  std::unique_ptr<PgReplicationConnection> rc(
+      new PgReplicationConnection(std::move(*conn), std::string(conninfo)));
   // A logical walsender accepts simple SQL before START_REPLICATION.
   absl::StatusOr<PgResultPtr> timeout = ExecSimple(
       rc->conn_.get(), "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'");
@@ -61,7 +62,28 @@ absl::Status PgReplicationConnection::Start(const StartOptions& options) {
     return StatusFromConnection(conn_.get(), "switching to non-blocking mode");
   }
   streaming_ = true;
+  slot_name_ = options.slot_name;
   return absl::OkStatus();
+}
+
+void PgReplicationConnection::RequestAliveCheck() {
+  if (!streaming_) return;
+  if (watch_ == nullptr) {
+    // A check that takes longer than the walsender's own timeout says no more.
+    const absl::Duration timeout =
+        wal_sender_timeout_ > absl::ZeroDuration() ? wal_sender_timeout_ : absl::Seconds(60);
+    watch_ = std::make_unique<WalSenderWatch>(conninfo_, slot_name_, PQbackendPID(conn_.get()),
+                                              timeout);
+  }
+  watch_->Request();
+}
+
+uint64_t PgReplicationConnection::alive_confirmations() const {
+  return watch_ == nullptr ? 0 : watch_->confirmations();
+}
+
+std::string PgReplicationConnection::alive_check_failure() const {
+  return watch_ == nullptr ? "" : watch_->last_failure();
 }
 
 absl::Status PgReplicationConnection::StreamEndStatus() {

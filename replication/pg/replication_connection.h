@@ -24,6 +24,7 @@
 #include "absl/types/span.h"
 #include "replication/lsn.h"
 #include "replication/pg/pg_conn.h"
+#include "replication/pg/walsender_watch.h"
 #include "replication/replication_connection.h"
 #include "replication/start_plan.h"
 
@@ -60,14 +61,21 @@ class PgReplicationConnection final : public ReplicationConnection {
   bool HasPendingOutput() const override { return pending_output_; }
   absl::StatusOr<Readiness> Wait(bool want_input, absl::Time deadline, int wake_fd) override;
   absl::Status Finish(absl::Duration timeout) override;
+  void RequestAliveCheck() override;
+  uint64_t alive_confirmations() const override;
+  std::string alive_check_failure() const override;
 
   int socket() const { return PQsocket(conn_.get()); }
 
  private:
-  explicit PgReplicationConnection(PgConnPtr conn) : conn_(std::move(conn)) {}
+  PgReplicationConnection(PgConnPtr conn, std::string conninfo)
+      : conn_(std::move(conn)), conninfo_(std::move(conninfo)) {}
   absl::Status StreamEndStatus();
 
   PgConnPtr conn_;
+  const std::string conninfo_;
+  std::string slot_name_;                 // Set by Start().
+  std::unique_ptr<WalSenderWatch> watch_;  // The first RequestAliveCheck() makes it.
   absl::Duration wal_sender_timeout_ = absl::Seconds(60);
   bool streaming_ = false;
   bool pending_output_ = false;  // libpq holds unsent output.

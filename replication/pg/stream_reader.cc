@@ -159,6 +159,10 @@ absl::Status StreamReader::RunSession(Lsn start) {
   // judged only while it reads). Zero silence_limit: no bound.
   absl::Time last_heard = clock_->Now();
   const absl::Duration silence_limit = conn->wal_sender_timeout();
+  // A check on another connection that found the walsender still holding the
+  // slot counts as hearing from it (pg/walsender_watch.h): it is busy, not gone.
+  uint64_t alive_seen = 0;
+  bool busy_logged = false;  // This silent spell was logged.
   for (;;) {
     if (stop_.load()) {
       // The last store gets a moment, so what was acked before the stop is
@@ -199,14 +203,34 @@ absl::Status StreamReader::RunSession(Lsn start) {
     }
     sink_->OnDrained();
     const absl::Time now = clock_->Now();
-    if (frames > 0 || !room) last_heard = now;
+    if (frames > 0 || !room) {
+      last_heard = now;
+      busy_logged = false;
+    }
+    if (const uint64_t alive = conn->alive_confirmations(); alive != alive_seen) {
+      alive_seen = alive;
+      if (!busy_logged && now - last_heard >= interval) {
+        busy_logged = true;
+        Logger()->info(
+            "stream {}: no message from PostgreSQL for {}, but its walsender still holds "
+            "slot {}: it is busy (for example writing a large transaction's changes to disk); "
+            "waiting for it",
+            options_.stream_name,
+            absl::FormatDuration(absl::Trunc(now - last_heard, absl::Milliseconds(1))),
+            options_.slot_name);
+      }
+      last_heard = now;
+    }
     if (silence_limit > absl::ZeroDuration() && now - last_heard >= silence_limit) {
+      const std::string check = conn->alive_check_failure();
       return absl::UnavailableError(absl::StrCat(
           "no message from PostgreSQL for ",
           absl::FormatDuration(absl::Trunc(now - last_heard, absl::Milliseconds(1))),
           " although it answers a reply request at once (wal_sender_timeout ",
           absl::FormatDuration(silence_limit),
-          "): the connection is presumed dead (network or host unreachable)"));
+          "): the connection is presumed dead (network or host unreachable)",
+          check.empty() ? "" : "; a second connection could not confirm its walsender: ",
+          check));
     }
     // Storing is asked for on the status cadence (or a reply request), as the
     // update that would carry it goes out; a store that finished since the last
@@ -222,6 +246,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
     if (due || persister_->durable() > durable_) {
       // Silent for a status interval: ask the walsender to answer.
       const bool probe = silence_limit > absl::ZeroDuration() && now - last_heard >= interval;
+      if (probe) conn->RequestAliveCheck();
       WALFEED_RETURN_IF_ERROR(SendStatusUpdate(*conn, probe));
       last_status_replied_ = reply_now;
       next_status = now + interval;

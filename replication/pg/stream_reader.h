@@ -53,7 +53,11 @@
 //   interval with nothing heard the next update asks for one; when nothing at all
 //   arrives for wal_sender_timeout (the walsender's own limit for us) the
 //   connection is presumed dead (a black-holed network, a frozen host) and the
-//   session ends as transient: the stream reports CONNECTING with the reason and
+//   session ends as transient, unless a check over a second connection, asked
+//   for with each probe, found the walsender still holding the slot: a
+//   walsender busy writing a large transaction to disk answers nothing for a
+//   while (pg/walsender_watch.h), and each confirmation counts as hearing from
+//   it. Otherwise the session ends as transient: the stream reports CONNECTING with the reason and
 //   reconnects. Not while the sink is full (the socket is not read then), and
 //   not with wal_sender_timeout 0 (TCP keepalives, set by pg::Connect, bound it).
 //   Known gap: while the sink is full the socket is

@@ -56,6 +56,12 @@ Script& Script::WalSenderTimeout(absl::Duration timeout) {
   return *this;
 }
 
+Script& Script::Busy() {
+  silent_ = true;
+  busy_ = true;
+  return *this;
+}
+
 Script& Script::Silent() {
   silent_ = true;
   return *this;
@@ -89,6 +95,7 @@ class FakeConnection : public replication::ReplicationConnection {
         log_(std::move(log)),
         wal_sender_timeout_(script.wal_sender_timeout()),
         silent_(script.silent()),
+        busy_(script.busy()),
         limit_(clock->Now() + FakeOpener::kSimulatedLimit) {
     absl::Time at = clock->Now();
     for (const Script::Step& step : script.steps()) {
@@ -165,6 +172,13 @@ class FakeConnection : public replication::ReplicationConnection {
 
   absl::Status FlushOutput() override { return absl::OkStatus(); }
   bool HasPendingOutput() const override { return false; }
+  void RequestAliveCheck() override {
+    if (busy_) ++alive_confirmations_;
+  }
+  uint64_t alive_confirmations() const override { return alive_confirmations_; }
+  std::string alive_check_failure() const override {
+    return busy_ ? "" : "the fake cannot check";
+  }
 
   absl::StatusOr<replication::Readiness> Wait(bool want_input, absl::Time deadline,
                                               int wake_fd) override {
@@ -211,6 +225,8 @@ class FakeConnection : public replication::ReplicationConnection {
   const std::shared_ptr<FakeLog> log_;
   const absl::Duration wal_sender_timeout_;
   const bool silent_;
+  const bool busy_;
+  uint64_t alive_confirmations_ = 0;
   const absl::Time limit_;
   uint64_t wal_end_ = 0;  // The newest walEnd delivered.
   std::deque<Pending> pending_;

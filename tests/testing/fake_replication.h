@@ -61,15 +61,20 @@ class Script {
   // A black hole: a status update that requests a reply gets none (a live
   // walsender answers it at once with a keepalive, and so does the fake).
   Script& Silent();
+  // Silent, but the walsender holds the slot: every alive check confirms it
+  // (a walsender busy spilling a large transaction to disk).
+  Script& Busy();
 
   const std::vector<Step>& steps() const { return steps_; }
   absl::Duration wal_sender_timeout() const { return wal_sender_timeout_; }
   bool silent() const { return silent_; }
+  bool busy() const { return busy_; }
 
  private:
   std::vector<Step> steps_;
   absl::Duration wal_sender_timeout_ = absl::Seconds(60);
   bool silent_ = false;
+  bool busy_ = false;
 };
 
 // A standby status update as the loop sent it.

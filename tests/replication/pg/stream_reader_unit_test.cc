@@ -308,6 +308,8 @@ TEST_F(StreamReaderUnitTest, SilenceForTheSenderTimeoutEndsTheSession) {
               StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_THAT(sink_.disconnects(), SizeIs(1));
   EXPECT_THAT(sink_.disconnects()[0], HasSubstr("no message from PostgreSQL for 4s"));
+  EXPECT_THAT(sink_.disconnects()[0],
+              HasSubstr("a second connection could not confirm its walsender"));
   const std::vector<SentUpdate> sent = log_->updates();
   ASSERT_GE(sent.size(), 4u);
   EXPECT_FALSE(sent[0].reply_requested) << "nothing was missed yet";
@@ -327,6 +329,20 @@ TEST_F(StreamReaderUnitTest, AQuietServerThatAnswersProbesKeepsTheSession) {
               IsOk());
   EXPECT_THAT(sink_.disconnects(), SizeIs(0));
   EXPECT_EQ(log_->starts().size(), 1u);
+}
+
+// A walsender busy writing a large transaction to disk answers nothing, but a
+// second connection sees it holding the slot: the session lives, probing on.
+TEST_F(StreamReaderUnitTest, ASilentWalsenderThatStillHoldsTheSlotKeepsTheSession) {
+  const absl::Time start = clock_.Now();
+  ASSERT_THAT(Run({Script().WalSenderTimeout(absl::Seconds(4)).Busy()},
+                  [&](const SentUpdate& u) { return u.at - start >= absl::Seconds(20); }),
+              IsOk());
+  EXPECT_THAT(sink_.disconnects(), SizeIs(0));
+  EXPECT_EQ(log_->starts().size(), 1u);
+  int probes = 0;
+  for (const SentUpdate& u : log_->updates()) probes += u.reply_requested ? 1 : 0;
+  EXPECT_GE(probes, 10) << "it kept asking the walsender itself too";
 }
 
 // While the sink is full the socket is not read, so silence says nothing.
