@@ -116,6 +116,8 @@ class BackfillDatabase {
   // exported when this process created it (no watermark, no wait: it sees
   // exactly what committed before the stream's start). FailedPrecondition when
   // that snapshot is not held (any more): read with watermarks instead.
+  // Thread-safe, unlike the other calls: several tables are read at once, each
+  // on a connection of the snapshot's own.
   virtual absl::StatusOr<ChunkRows> ReadExported(const BackfillTable& table,
                                                  const std::string& where,
                                                  const std::vector<std::string>& after,

@@ -71,6 +71,9 @@ struct StreamConfig {
   // (docs/snapshots.md). False (`none`): the stream starts with the changes
   // after the slot's creation.
   bool initial_snapshot = false;
+  // How many connections import that snapshot, each reading another table at
+  // the same time (at most one per table).
+  uint32_t snapshot_connections = 4;
 
   // OK, or InvalidArgument naming the offending field and the rule it breaks.
   absl::Status Validate() const;

@@ -518,7 +518,8 @@ absl::StatusOr<StreamConfig> Parser::ParseStream(const YAML::Node& node, const s
                            Map(node, path,
                                {"name", "conninfo", "conninfo_file", "conninfo_env", "slot",
                                 "publications", "tables", "create_missing",
-                                "publish_via_partition_root", "snapshot", "retention_bytes",
+                                "publish_via_partition_root", "snapshot", "snapshot_connections",
+                                "retention_bytes",
                                 "laggard_policy"}));
   StreamConfig stream;
   std::optional<YAML::Node> name = fields.Get("name");
@@ -567,6 +568,11 @@ absl::StatusOr<StreamConfig> Parser::ParseStream(const YAML::Node& node, const s
                                 "first, when walfeed creates the slot), found ",
                                 Quote(mode)));
     }
+  }
+  if (std::optional<YAML::Node> n = fields.Get("snapshot_connections")) {
+    WALFEED_ASSIGN_OR_RETURN(uint64_t connections,
+                             Integer(*n, fields.PathOf("snapshot_connections"), 1, 32));
+    stream.snapshot_connections = static_cast<uint32_t>(connections);
   }
   if (fields.Get("retention_bytes") || fields.Get("laggard_policy")) {
     RetentionOptions own = config.defaults;

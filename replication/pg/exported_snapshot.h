@@ -11,11 +11,15 @@
 // cannot remove rows the snapshot may still see: release it as soon as the
 // initial snapshot is read.
 //
+// Several connections may import it (snapshot_connections), so that the
+// initial snapshot reads several tables at once, each under the very same
+// snapshot.
+//
 // Lost with the process (or the connection): the rest of the initial snapshot
 // is then read with watermarks, which needs no exported snapshot.
 //
 // Thread-safe; shared by the stream source (which imports) and the backfill
-// databases (which read).
+// databases (which read, from several threads at once).
 #ifndef WALFEED_REPLICATION_PG_EXPORTED_SNAPSHOT_H_
 #define WALFEED_REPLICATION_PG_EXPORTED_SNAPSHOT_H_
 
@@ -32,21 +36,34 @@ namespace walfeed::replication::pg {
 
 class ExportedSnapshot {
  public:
-  // Imports snapshot `name` on a new connection to `conninfo` (replacing any
-  // held before). Must run before the exporting connection does anything else.
-  absl::Status Import(const std::string& conninfo, const std::string& name)
+  // Imports snapshot `name` on up to `connections` new connections to
+  // `conninfo` (replacing any held before). Must run before the exporting
+  // connection does anything else. An error when not even one imported; when
+  // some did, the others' failure is only logged (fewer tables at once).
+  absl::Status Import(const std::string& conninfo, const std::string& name, int connections = 1)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Runs `sql` inside the snapshot's transaction. FailedPrecondition when no
-  // snapshot is held; any error ends it (the transaction is aborted).
+  // Runs `sql` inside the snapshot, on a connection no other query uses (waiting
+  // for one while all are busy). FailedPrecondition when none is held; an error
+  // ends the snapshot on that connection (its transaction is aborted).
   absl::StatusOr<PgResultPtr> Query(const std::string& sql,
                                     const std::vector<std::optional<std::string>>& params)
       ABSL_LOCKS_EXCLUDED(mu_);
   bool held() const ABSL_LOCKS_EXCLUDED(mu_);
+  // How many connections still hold it.
+  int connections() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Closes every connection (after the queries running on them finish).
   void Release() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  struct Holder {
+    PgConnPtr conn;  // Null once its snapshot is gone.
+    bool busy = false;
+  };
+  bool AnyFreeOrNoneHeld() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool NoneBusy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
-  PgConnPtr conn_ ABSL_GUARDED_BY(mu_);
+  std::vector<Holder> holders_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace walfeed::replication::pg

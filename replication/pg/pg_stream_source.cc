@@ -1,5 +1,7 @@
 #include "replication/pg/pg_stream_source.h"
 
+#include <algorithm>
+
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,8 +28,11 @@ absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
   std::vector<InitialSnapshotTable> initial;
   SnapshotSteps steps;
   steps.before_slot = [this, &initial] { return RecordInitialSnapshot(&initial); };
-  steps.import = [this, &config](const std::string& name) {
-    return exported_->Import(config.conninfo, name);
+  steps.import = [this, &config, &initial](const std::string& name) {
+    // One connection per table at most: each reads another table at once.
+    const size_t connections =
+        std::clamp<size_t>(initial.size(), 1, config.snapshot_connections);
+    return exported_->Import(config.conninfo, name, static_cast<int>(connections));
   };
   absl::StatusOr<PreparedStream> prepared =
       PrepareStream(config, committer_.get(), options_.checkpoint_schema,
@@ -48,7 +53,7 @@ absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
     if (prepared->provisioned.imported_snapshot) {
       result.notes.push_back(absl::StrCat(
           "initial snapshot: ", initial.size(), " table(s) read under the slot's exported "
-          "snapshot, for every consumer"));
+          "snapshot by ", exported_->connections(), " connection(s), for every consumer"));
       result.initial_snapshot = std::move(initial);
     } else {
       exported_->Release();

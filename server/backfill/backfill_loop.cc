@@ -1,6 +1,7 @@
 // BackfillRunner's thread: load, resume, and one chunk at a time per backfill
 // (see backfill_runner.h). Database calls run without the mutex held.
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -135,6 +136,7 @@ bool BackfillRunner::Step(replication::BackfillDatabase& db) {
     }
   }
   bool worked = false;
+  std::vector<std::string> to_read;  // Backfills whose next chunk is due.
   for (uint64_t number : ids) {
     // 1. What completed: its chunk records, then the counters and state.
     std::vector<ChunkRecord> to_store;
@@ -231,93 +233,133 @@ bool BackfillRunner::Step(replication::BackfillDatabase& db) {
       }
     }
     if (read && hooks_.has_room()) {
-      ReadChunk(db, record.id);
+      to_read.push_back(record.id);
       worked = true;
     }
   }
+  ReadChunks(db, to_read);
   ReleaseUnusedSnapshot(db);
   return worked;
 }
 
-void BackfillRunner::ReadChunk(replication::BackfillDatabase& db, const std::string& id) {
-  uint64_t number = 0;
-  (void)absl::SimpleAtoi(id, &number);
-  std::optional<replication::BackfillTable> plan;
-  BackfillRecord record;
-  std::vector<std::string> after;
-  std::string token;
-  bool exported = false;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(number);
-    if (it == jobs_.end()) return;
-    plan = it->second.plan;
-    record = it->second.record;
-    after = it->second.next_after;
-    exported = it->second.exported;
-    token = absl::StrCat(instance_, ".", id, ".", ++tokens_);
+void BackfillRunner::ReadChunks(replication::BackfillDatabase& db,
+                                const std::vector<std::string>& ids) {
+  std::vector<PendingRead> exported;
+  for (const std::string& id : ids) {
+    std::optional<PendingRead> pending = BeginRead(db, id);
+    if (!pending) continue;
+    if (pending->exported) {
+      exported.push_back(std::move(*pending));
+      continue;
+    }
+    absl::StatusOr<std::vector<std::string>> running = db.WriteLow(pending->token);
+    if (!running.ok()) {
+      FailRead(*pending, running.status());
+      continue;
+    }
+    FinishRead(db, *pending,
+               db.ReadChunk(*pending->plan, pending->record.where, pending->after,
+                            pending->record.chunk_rows, *running, options_.snapshot_wait));
   }
-  auto fail = [&](const absl::Status& why) {
-    windows_->Forget(token);
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(number);
-    if (it == jobs_.end() || it->second.record.state != BackfillState::kRunning) return;
-    if (it->second.in_flight && it->second.in_flight->token == token) it->second.in_flight.reset();
-    Failed(it->second, why, Definite(why));
+  // Tables under the exported snapshot are read at the same time, each query
+  // on a connection of its own (ExportedSnapshot::Query), this thread reading
+  // the first. No low watermark: their windows opened at the stream's start.
+  std::vector<absl::StatusOr<replication::ChunkRows>> rows(
+      exported.size(), absl::UnknownError("not read"));
+  const auto read = [&](size_t i) {
+    const PendingRead& pending = exported[i];
+    rows[i] = db.ReadExported(*pending.plan, pending.record.where, pending.after,
+                              pending.record.chunk_rows);
   };
-  if (!plan) {
-    absl::StatusOr<replication::BackfillTable> planned =
-        db.Plan(publications_, record.table, record.where);
-    if (!planned.ok()) return fail(planned.status());
-    plan = std::move(*planned);
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(number);
-    if (it != jobs_.end()) it->second.plan = plan;
-  }
-  auto chunk = std::make_shared<replication::BackfillChunk>();
-  chunk->token = token;
-  chunk->consumer = record.consumer;
-  chunk->relation = plan->relation;
-  chunk->key_columns = plan->key_columns;
-  absl::StatusOr<replication::ChunkRows> rows;
-  if (exported) {
-    // No low watermark: the window opened at the stream's start.
-    chunk->from_start = record.id;
-    windows_->Expect(chunk);
-    rows = db.ReadExported(*plan, record.where, after, record.chunk_rows);
-    if (!rows.ok()) {
-      windows_->Forget(token);
+  std::vector<std::thread> others;
+  for (size_t i = 1; i < exported.size(); ++i) others.emplace_back(read, i);
+  if (!exported.empty()) read(0);
+  for (std::thread& thread : others) thread.join();
+  for (size_t i = 0; i < exported.size(); ++i) {
+    if (!rows[i].ok()) {
+      windows_->Forget(exported[i].token);
       StreamLogger()->warn("stream {}: backfill {}: reading under the slot's exported snapshot "
                            "failed ({}); the rest is read with watermarks",
-                           stream_, id, rows.status().ToString());
+                           stream_, exported[i].record.id, rows[i].status().ToString());
       absl::MutexLock lock(&mu_);
-      auto it = jobs_.find(number);
+      auto it = jobs_.find(exported[i].number);
       if (it != jobs_.end() && it->second.exported) StopExported(it->second);
-      return;
+      continue;
     }
-  } else {
-    windows_->Expect(chunk);
-    absl::StatusOr<std::vector<std::string>> running = db.WriteLow(token);
-    if (!running.ok()) return fail(running.status());
-    rows = db.ReadChunk(*plan, record.where, after, record.chunk_rows, *running,
-                        options_.snapshot_wait);
-    if (!rows.ok()) return fail(rows.status());
+    FinishRead(db, exported[i], std::move(rows[i]));
   }
-  const bool final = rows->rows.size() < record.chunk_rows;
-  std::vector<std::string> last_key = rows->last_key.empty() ? after : rows->last_key;
-  windows_->SetRows(token, std::move(rows->rows));
+}
+
+std::optional<BackfillRunner::PendingRead> BackfillRunner::BeginRead(
+    replication::BackfillDatabase& db, const std::string& id) {
+  PendingRead pending;
+  pending.id = id;
+  (void)absl::SimpleAtoi(id, &pending.number);
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(number);
+    auto it = jobs_.find(pending.number);
+    if (it == jobs_.end()) return std::nullopt;
+    pending.plan = it->second.plan;
+    pending.record = it->second.record;
+    pending.after = it->second.next_after;
+    pending.exported = it->second.exported;
+    pending.token = absl::StrCat(instance_, ".", id, ".", ++tokens_);
+  }
+  if (!pending.plan) {
+    absl::StatusOr<replication::BackfillTable> planned =
+        db.Plan(publications_, pending.record.table, pending.record.where);
+    if (!planned.ok()) {
+      FailRead(pending, planned.status());
+      return std::nullopt;
+    }
+    pending.plan = std::move(*planned);
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(pending.number);
+    if (it != jobs_.end()) it->second.plan = pending.plan;
+  }
+  auto chunk = std::make_shared<replication::BackfillChunk>();
+  chunk->token = pending.token;
+  chunk->consumer = pending.record.consumer;
+  chunk->relation = pending.plan->relation;
+  chunk->key_columns = pending.plan->key_columns;
+  if (pending.exported) chunk->from_start = pending.record.id;
+  // Before the low watermark (or, under the exported snapshot, before the
+  // read): the window must see every change from then on.
+  windows_->Expect(chunk);
+  return pending;
+}
+
+void BackfillRunner::FailRead(const PendingRead& pending, const absl::Status& why) {
+  windows_->Forget(pending.token);
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(pending.number);
+  if (it == jobs_.end() || it->second.record.state != BackfillState::kRunning) return;
+  if (it->second.in_flight && it->second.in_flight->token == pending.token) {
+    it->second.in_flight.reset();
+  }
+  Failed(it->second, why, Definite(why));
+}
+
+void BackfillRunner::FinishRead(replication::BackfillDatabase& db, const PendingRead& pending,
+                                absl::StatusOr<replication::ChunkRows> rows) {
+  if (!rows.ok()) return FailRead(pending, rows.status());
+  const bool final = rows->rows.size() < pending.record.chunk_rows;
+  std::vector<std::string> last_key = rows->last_key.empty() ? pending.after : rows->last_key;
+  windows_->SetRows(pending.token, std::move(rows->rows));
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(pending.number);
     if (it == jobs_.end() || it->second.record.state != BackfillState::kRunning) {
-      windows_->Forget(token);
+      windows_->Forget(pending.token);
       return;
     }
-    it->second.in_flight = InFlight{token, std::move(last_key), final, absl::Now()};
+    it->second.in_flight = InFlight{pending.token, std::move(last_key), final, absl::Now()};
     it->second.failures = 0;
     it->second.retrying.clear();
   }
-  if (absl::Status written = db.WriteHigh(token); !written.ok()) fail(written);
+  if (absl::Status written = db.WriteHigh(pending.token); !written.ok()) {
+    FailRead(pending, written);
+  }
 }
 
 }  // namespace walfeed::server

@@ -7,6 +7,8 @@
 //     next chunk, while fewer than max_outstanding are unacked and the
 //     stream's buffer has room:
 //       Expect ─► low watermark ─► read rows ─► SetRows ─► high watermark
+//     (an initial snapshot's tables: Expect ─► read ─► SetRows ─► high
+//     watermark, several tables at once, one exported-snapshot connection each)
 //   reader thread: OnCompleted (StreamRuntime, at the high watermark's commit)
 //     ─► the chunk's record (boundary id, last key) is stored by the runner
 //
@@ -156,8 +158,28 @@ class BackfillRunner {
   bool Load(replication::BackfillDatabase& db) ABSL_LOCKS_EXCLUDED(mu_);
   // One pass over the running backfills; true if it did something.
   bool Step(replication::BackfillDatabase& db) ABSL_LOCKS_EXCLUDED(mu_);
-  void ReadChunk(replication::BackfillDatabase& db, const std::string& id)
+  // A chunk being read: what BeginRead took from its job.
+  struct PendingRead {
+    uint64_t number = 0;
+    std::string id;
+    std::string token;
+    std::optional<replication::BackfillTable> plan;
+    BackfillRecord record;
+    std::vector<std::string> after;
+    bool exported = false;
+  };
+  // Reads the next chunk of each of `ids`: with watermarks one after another,
+  // under the exported snapshot all at once.
+  void ReadChunks(replication::BackfillDatabase& db, const std::vector<std::string>& ids)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Plans the table if needed and opens the chunk's window; nullopt when the
+  // backfill is gone or planning failed (recorded).
+  std::optional<PendingRead> BeginRead(replication::BackfillDatabase& db, const std::string& id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands the rows to the window and writes the high watermark.
+  void FinishRead(replication::BackfillDatabase& db, const PendingRead& pending,
+                  absl::StatusOr<replication::ChunkRows> rows) ABSL_LOCKS_EXCLUDED(mu_);
+  void FailRead(const PendingRead& pending, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   void Failed(Job& job, const absl::Status& why, bool definite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BackfillView ViewLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `job` reads with watermarks from now on.

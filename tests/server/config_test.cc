@@ -103,6 +103,8 @@ TEST(ConfigTest, MinimalConfigTakesDefaults) {
   EXPECT_TRUE(stream.tables.empty());
   EXPECT_FALSE(stream.create_missing);
   EXPECT_TRUE(stream.publish_via_partition_root);
+  EXPECT_FALSE(stream.initial_snapshot);
+  EXPECT_EQ(stream.snapshot_connections, 4u);
 }
 
 TEST(ConfigTest, ExampleFileParses) {
@@ -132,6 +134,9 @@ TEST(ConfigTest, ExampleFileParses) {
   EXPECT_THAT(config->streams[0].tables, ElementsAre("public.orders", "public.order_lines"));
   EXPECT_TRUE(config->streams[0].create_missing);
   EXPECT_TRUE(config->streams[0].publish_via_partition_root);
+  EXPECT_TRUE(config->streams[0].initial_snapshot);
+  EXPECT_EQ(config->streams[0].snapshot_connections, 4u);
+  EXPECT_FALSE(config->streams[1].initial_snapshot);
   EXPECT_EQ(config->streams[1].name, "inventory");
   EXPECT_EQ(config->streams[1].conninfo, "host=inv dbname=inv password=example");
   EXPECT_FALSE(config->streams[1].create_missing);
@@ -179,6 +184,8 @@ streams:
     tables: [public.orders]
     create_missing: true
     publish_via_partition_root: false
+    snapshot: initial
+    snapshot_connections: 7
 )";
   absl::StatusOr<ServerConfig> config = ParseConfig(text, "/etc/walfeed/walfeed.yaml");
   ASSERT_THAT(config, IsOk());
@@ -205,6 +212,8 @@ streams:
   EXPECT_THAT(config->streams[0].tables, ElementsAre("public.orders"));
   EXPECT_TRUE(config->streams[0].create_missing);
   EXPECT_FALSE(config->streams[0].publish_via_partition_root);
+  EXPECT_TRUE(config->streams[0].initial_snapshot);
+  EXPECT_EQ(config->streams[0].snapshot_connections, 7u);
 
   // A bare source name leaves relative paths relative to the working directory.
   config = ParseConfig(text, "walfeed.yaml");
@@ -305,6 +314,15 @@ TEST(ConfigTest, IntegersMustBePositiveAndBounded) {
               StatusIs(kInvalid, AllOf(HasSubstr("defaults.read_coalesce"),
                                        HasSubstr("from 0 to 100ms"))));
   EXPECT_THAT(Parse(absl::StrCat(kValid, "defaults: {max_unacked_bytes: 68719476736}\n")), IsOk());
+  for (const char* bad : {"0", "33", "two"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Parse(absl::StrCat(kValid, "    snapshot_connections: ", bad, "\n")),
+                StatusIs(kInvalid, HasSubstr("streams[0].snapshot_connections: expected an "
+                                             "integer from 1 to 32")));
+  }
+  EXPECT_THAT(Parse(absl::StrCat(kValid, "    snapshot: everything\n")),
+              StatusIs(kInvalid, AllOf(HasSubstr("streams[0].snapshot"),
+                                       HasSubstr("expected none"), HasSubstr("or initial"))));
 }
 
 TEST(ConfigTest, DurationsAreAbslDurationsWithinBounds) {
