@@ -362,6 +362,10 @@ def cli_json(args):
     return json.loads(out.stdout)
 
 
+# --chunk-rows: the backfill's chunk size (None: the server's default).
+BACKFILL_CHUNK_ROWS = None
+
+
 def backfill_mode(tmp, cluster, quick):
     """A backfill of a 1,000,000-row table (--quick: 200,000) against COPY (SELECT *
     FROM it) TO STDOUT of the same table, alone and while a second consumer drains
@@ -398,7 +402,7 @@ def backfill_mode(tmp, cluster, quick):
         try:
             server.wait_streaming()
             common = ['--server', server.address, '--stream', 'bf']
-            r = dict(mode='backfill', case=case)
+            r = dict(mode='backfill', case=case, chunk_rows=BACKFILL_CHUNK_ROWS or 'default')
             if case != 'without':
                 # The backfill's consumer: drains and acks everything it gets.
                 reader = subprocess.Popen([DRAIN] + common + ['--consumer', 'reader', '--end-lsn',
@@ -407,8 +411,9 @@ def backfill_mode(tmp, cluster, quick):
                 wait_for('consumer reader', lambda: any(
                     c.get('name') == 'reader' for c in (server.status() or {}).get('consumers', [])), 30)
                 t_backfill = time.monotonic()
-                backfill = cli_json(['backfill', 'start'] + common + ['--consumer', 'reader', '--table',
-                                     'public.bf_t', '--format', 'json'])
+                chunk = ['--chunk-rows', str(BACKFILL_CHUNK_ROWS)] if BACKFILL_CHUNK_ROWS else []
+                backfill = cli_json(['backfill', 'start'] + common + chunk + ['--consumer', 'reader',
+                                     '--table', 'public.bf_t', '--format', 'json'])
             if case != 'alone':
                 live = run_json([DRAIN] + common + ['--consumer', 'live', '--end-lsn', end_lsn,
                                  '--timeout-s', '600'], 700)
@@ -538,7 +543,10 @@ def main():
     ap.add_argument('--quick', action='store_true', help='smaller sizes, fewer cases: all of it in under 10 minutes')
     ap.add_argument('--harness', help='the peer harness directory (run.py, pg-up.sh); `all` runs catch-up with it')
     ap.add_argument('--keep', action='store_true', help='keep the temporary directory (logs) at the end')
+    ap.add_argument('--chunk-rows', type=int, help='backfill: rows per chunk (default: the server\'s)')
     a = ap.parse_args()
+    global BACKFILL_CHUNK_ROWS
+    BACKFILL_CHUNK_ROWS = a.chunk_rows
     signal.signal(signal.SIGTERM, interrupted)
     for binary in (SERVER, CLI, LIVE, FANOUT, DRAIN):
         if not os.access(binary, os.X_OK):

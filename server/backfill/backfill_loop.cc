@@ -121,6 +121,12 @@ bool BackfillRunner::Load(replication::BackfillDatabase& db) {
     jobs.emplace(number, std::move(job));
   }
   absl::MutexLock lock(&mu_);
+  // Chunks read before the stream was prepared again wait for high watermarks
+  // the reloaded jobs no longer expect: their windows go (their rows are read
+  // again after the newest acked chunk).
+  for (auto& [number, job] : jobs_) {
+    if (job.in_flight) windows_->Forget(job.in_flight->token);
+  }
   jobs_ = std::move(jobs);
   return true;
 }

@@ -35,6 +35,7 @@ struct FakeDb {
   std::vector<std::pair<std::string, EventId>> dropped;  // DropChunksAfter calls.
   std::vector<BackfillRecord> saved;                     // SaveProgress calls.
   uint64_t next_commit = 0x1000000;
+  bool hold_high = false;  // High watermarks never reach the "stream".
   BackfillRunner* runner = nullptr;
 };
 
@@ -72,6 +73,10 @@ class FakeHandle : public BackfillDatabase {
     return chunk;
   }
   absl::Status WriteHigh(const std::string& token) override {
+    {
+      absl::MutexLock lock(&db_->mu);
+      if (db_->hold_high) return absl::OkStatus();
+    }
     // The stream delivers the chunk at its high watermark.
     replication::CompletedChunk chunk;
     chunk.token = token;
@@ -121,7 +126,7 @@ class BackfillRunnerTest : public ::testing::Test {
     runner_ = std::make_unique<BackfillRunner>(
         "s", std::vector<std::string>{"p"},
         [this] { return std::make_unique<FakeHandle>(&db_); }, &windows_,
-        BackfillRunner::Hooks{[] { return uint64_t{1}; },
+        BackfillRunner::Hooks{[this] { return generation_.load(); },
                               [this](const std::string&) -> absl::StatusOr<EventId> {
                                 if (removed_.load()) return absl::NotFoundError("removed");
                                 absl::MutexLock lock(&checkpoint_mu_);
@@ -164,6 +169,7 @@ class BackfillRunnerTest : public ::testing::Test {
   absl::Mutex checkpoint_mu_;
   EventId checkpoint_;
   std::atomic<bool> removed_{false};
+  std::atomic<uint64_t> generation_{1};
   std::unique_ptr<BackfillRunner> runner_;
 };
 
@@ -213,6 +219,21 @@ TEST_F(BackfillRunnerTest, RunsAtMostMaxOutstandingChunksAheadOfTheAcks) {
   absl::StatusOr<BackfillView> view = runner_->Get("1");
   EXPECT_EQ(view->record.rows, 1000u);
   EXPECT_EQ(view->record.chunks, 101u) << "100 full chunks and an empty last one";
+}
+
+// Prepared again (a reconnect, a new leader term): the backfills are reloaded
+// from their records, and a chunk still waiting for its high watermark is
+// forgotten rather than left to hold its window (and rows) forever.
+TEST_F(BackfillRunnerTest, AReloadForgetsTheChunkWaitingForItsHighWatermark) {
+  db_.rows = 1000;
+  db_.hold_high = true;
+  StoreRunning();
+  Start();
+  ASSERT_TRUE(WaitUntil([&] { return Reads() == 1; }, absl::Seconds(10), absl::Milliseconds(1)));
+  EXPECT_EQ(windows_.open_windows(), 1u);
+  generation_.store(2);
+  ASSERT_TRUE(WaitUntil([&] { return Reads() == 2; }, absl::Seconds(10), absl::Milliseconds(1)));
+  EXPECT_EQ(windows_.open_windows(), 1u) << "only the reloaded job's chunk";
 }
 
 TEST_F(BackfillRunnerTest, ARemovedConsumerCancelsItsBackfill) {
