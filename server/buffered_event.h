@@ -4,6 +4,8 @@
 #define WALFEED_SERVER_BUFFERED_EVENT_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "replication/event_id.h"
@@ -18,13 +20,22 @@ struct BufferedEvent {
   size_t bytes = 0;        // What the event costs in the buffer.
   std::string serialized;  // walfeed.v1.ChangeEvent, wire format.
   FilterKey key;
+  // The compact form (SubscribeRequest.event_form), for row events converted
+  // while a compact session was possible: the event without its columns'
+  // metadata, naming `shape` by its ref. Empty otherwise (and after the spill:
+  // such events go out in the full form, which every client reads).
+  std::string compact;
+  uint32_t shape_ref = 0;
+  // Serialized walfeed.v1.RelationShape, shared by the events of one relation
+  // version.
+  std::shared_ptr<const std::string> shape;
 };
 
 // What `event` costs in memory, roughly: its serialized bytes, the struct, and
 // the table names beyond what sizeof counts. The same whether the event was
 // encoded or read back from the spill, so windows count it the same either way.
 inline size_t BufferedBytes(const BufferedEvent& event) {
-  size_t bytes = event.serialized.size() + sizeof(BufferedEvent);
+  size_t bytes = event.serialized.size() + event.compact.size() + sizeof(BufferedEvent);
   for (const auto& [schema, table] : event.key.tables) bytes += schema.size() + table.size();
   bytes += event.key.audience.size();
   return bytes;

@@ -6,10 +6,12 @@
 
 namespace walfeed::server {
 
-BufferedEvent EventEncoder::Encode(const replication::ChangeEvent& event) {
+BufferedEvent EventEncoder::Encode(const replication::ChangeEvent& event, bool compact) {
   BufferedEvent encoded;
   encoded.id = event.id;
-  if (!rows_.Write(event, &encoded.serialized, &encoded.key)) {
+  if (rows_.Write(event, &encoded.serialized, &encoded.key)) {
+    if (compact) rows_.WriteCompact(event, &encoded.compact, &encoded.shape_ref, &encoded.shape);
+  } else {
     google::protobuf::Arena arena(block_.get(), kBlockBytes);
     auto* converted = google::protobuf::Arena::CreateMessage<walfeed::v1::ChangeEvent>(&arena);
     ToProto(event, converted);

@@ -17,7 +17,8 @@ namespace walfeed::server {
 
 class EventEncoder {
  public:
-  BufferedEvent Encode(const replication::ChangeEvent& event);
+  // `compact`: a row event also gets its compact form (BufferedEvent::compact).
+  BufferedEvent Encode(const replication::ChangeEvent& event, bool compact = false);
 
  private:
   // The converted message lives only until it is serialized: built on an arena

@@ -31,14 +31,20 @@ uint8_t* WriteHeader(uint32_t tag, size_t size, uint8_t* out) {
 }  // namespace
 
 void ComposeEventsFrame(absl::Span<const std::string* const> events, std::string* frame,
-                        absl::string_view passed) {
+                        absl::string_view passed,
+                        absl::Span<const std::string* const> relations) {
   const uint32_t event_tag = LengthDelimitedTag(walfeed::v1::EventBatch::kEventsFieldNumber);
   const uint32_t passed_tag = LengthDelimitedTag(walfeed::v1::EventBatch::kPassedFieldNumber);
+  const uint32_t relation_tag =
+      LengthDelimitedTag(walfeed::v1::EventBatch::kRelationsFieldNumber);
   const uint32_t batch_tag =
       LengthDelimitedTag(walfeed::v1::SubscribeResponse::kEventsFieldNumber);
   size_t batch_size = 0;
   for (const std::string* event : events) batch_size += FieldSize(event_tag, event->size());
   if (!passed.empty()) batch_size += FieldSize(passed_tag, passed.size());
+  for (const std::string* relation : relations) {
+    batch_size += FieldSize(relation_tag, relation->size());
+  }
   frame->resize(FieldSize(batch_tag, batch_size));
   uint8_t* out = reinterpret_cast<uint8_t*>(frame->data());
   out = WriteHeader(batch_tag, batch_size, out);
@@ -48,7 +54,12 @@ void ComposeEventsFrame(absl::Span<const std::string* const> events, std::string
   }
   if (!passed.empty()) {
     out = WriteHeader(passed_tag, passed.size(), out);
-    CodedOutputStream::WriteRawToArray(passed.data(), static_cast<int>(passed.size()), out);
+    out = CodedOutputStream::WriteRawToArray(passed.data(), static_cast<int>(passed.size()), out);
+  }
+  for (const std::string* relation : relations) {
+    out = WriteHeader(relation_tag, relation->size(), out);
+    out = CodedOutputStream::WriteRawToArray(relation->data(), static_cast<int>(relation->size()),
+                                             out);
   }
 }
 

@@ -18,10 +18,13 @@
 namespace walfeed::server {
 
 // Replaces `*frame` with SubscribeResponse{events: EventBatch{events: [...],
-// passed}} where each element of `events` is a serialized walfeed.v1.ChangeEvent
-// (`passed` is left out when empty, as serializing leaves out an empty string).
+// passed, relations: [...]}} where each element of `events` is a serialized
+// walfeed.v1.ChangeEvent and each of `relations` a serialized
+// walfeed.v1.RelationShape (`passed` is left out when empty, as serializing
+// leaves out an empty string).
 void ComposeEventsFrame(absl::Span<const std::string* const> events, std::string* frame,
-                        absl::string_view passed = {});
+                        absl::string_view passed = {},
+                        absl::Span<const std::string* const> relations = {});
 
 }  // namespace walfeed::server
 

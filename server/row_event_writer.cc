@@ -98,15 +98,16 @@ struct ValuePart {
 };
 
 // Field `field` (new_values or old_values): one ColumnValue per value, as
-// AppendValues in event_convert.cc builds them.
+// AppendValues in event_convert.cc builds them; `compact`: without fields 1-4.
 void AppendColumns(uint32_t field, const std::vector<std::string>& prefixes,
-                   const TupleData& tuple, bool keys_only,
+                   const TupleData& tuple, bool keys_only, bool compact,
                    const replication::RelationInfo& relation, std::string* out) {
   for (size_t i = 0; i < tuple.columns.size(); ++i) {
     const bool described = i < prefixes.size();
     if (keys_only && (!described || !relation.columns[i].is_key)) continue;
     const ValuePart value(tuple.columns[i]);
-    const absl::string_view prefix = described ? absl::string_view(prefixes[i]) : "";
+    const absl::string_view prefix =
+        described && !compact ? absl::string_view(prefixes[i]) : "";
     out->push_back(Tag(field, kLengthDelimited));
     AppendVarint(prefix.size() + value.Size(), out);
     out->append(prefix.data(), prefix.size());
@@ -137,15 +138,51 @@ const RowEventWriter::Relation& RowEventWriter::Get(
     AppendVarintField(4, column.is_key ? 1 : 0, &prefix);
     relation.column_prefixes.push_back(std::move(prefix));
   }
+  relation.ref = next_ref_++;
+  walfeed::v1::RelationShape shape;
+  shape.set_ref(relation.ref);
+  shape.set_schema(relation.schema);
+  shape.set_table(relation.table);
+  for (const replication::ColumnInfo& column : info->columns) {
+    walfeed::v1::ColumnShape* out = shape.add_columns();
+    out->set_name(SanitizeUtf8(column.name));
+    out->set_type_oid(column.type_oid);
+    out->set_type_name(SanitizeUtf8(column.type_name));
+    out->set_key(column.is_key);
+  }
+  relation.shape = std::make_shared<const std::string>(shape.SerializeAsString());
   return relations_.emplace(info.get(), std::move(relation)).first->second;
 }
 
-bool RowEventWriter::Write(const ChangeEvent& event, std::string* out, FilterKey* key) {
+bool RowEventWriter::Covers(const ChangeEvent& event) {
   const bool row = event.op == ChangeEvent::Op::kInsert || event.op == ChangeEvent::Op::kUpdate ||
                    event.op == ChangeEvent::Op::kDelete || event.op == ChangeEvent::Op::kRead;
-  if (!row || event.relation == nullptr) return false;
-  const walfeed::v1::Operation op = ToProtoOp(event.op);
+  return row && event.relation != nullptr;
+}
+
+bool RowEventWriter::Write(const ChangeEvent& event, std::string* out, FilterKey* key) {
+  if (!Covers(event)) return false;
   const Relation& relation = Get(event.relation);
+  WriteForm(event, relation, /*compact=*/false, out);
+  key->op = ToProtoOp(event.op);
+  key->tables.clear();
+  key->tables.emplace_back(relation.schema, relation.table);
+  return true;
+}
+
+bool RowEventWriter::WriteCompact(const ChangeEvent& event, std::string* out, uint32_t* ref,
+                                  std::shared_ptr<const std::string>* shape) {
+  if (!Covers(event)) return false;
+  const Relation& relation = Get(event.relation);
+  WriteForm(event, relation, /*compact=*/true, out);
+  *ref = relation.ref;
+  *shape = relation.shape;
+  return true;
+}
+
+void RowEventWriter::WriteForm(const ChangeEvent& event, const Relation& relation, bool compact,
+                               std::string* out) {
+  const walfeed::v1::Operation op = ToProtoOp(event.op);
   out->clear();
   AppendBytesField(1, event.id.ToString(), out);
   AppendVarintField(2, event.id.commit_lsn.value(), out);
@@ -165,22 +202,24 @@ bool RowEventWriter::Write(const ChangeEvent& event, std::string* out, FilterKey
   AppendVarintField(6, op, out);
   out->append(relation.schema_table_fields);
   if (op != walfeed::v1::OPERATION_DELETE) {
-    AppendColumns(9, relation.column_prefixes, event.new_tuple, /*keys_only=*/false,
+    AppendColumns(9, relation.column_prefixes, event.new_tuple, /*keys_only=*/false, compact,
                   *relation.info, out);
   }
   if (op != walfeed::v1::OPERATION_INSERT && op != walfeed::v1::OPERATION_READ &&
       (event.old_kind == OldTupleKind::kKey || event.old_kind == OldTupleKind::kFull)) {
     const bool keys_only = event.old_kind == OldTupleKind::kKey;
-    AppendColumns(10, relation.column_prefixes, event.old_tuple, keys_only, *relation.info, out);
+    AppendColumns(10, relation.column_prefixes, event.old_tuple, keys_only, compact,
+                  *relation.info, out);
     AppendVarintField(11, keys_only ? walfeed::v1::OLD_VALUES_KEY : walfeed::v1::OLD_VALUES_FULL,
                       out);
   }
   AppendVarintField(14, event.last_in_transaction ? 1 : 0, out);
   AppendVarintField(15, event.transaction_event_count, out);
-  key->op = op;
-  key->tables.clear();
-  key->tables.emplace_back(relation.schema, relation.table);
-  return true;
+  if (compact) {
+    // Field 16: its tag takes two bytes.
+    AppendVarint((16 << 3) | kVarint, out);
+    AppendVarint(relation.ref, out);
+  }
 }
 
 }  // namespace walfeed::server

@@ -10,6 +10,7 @@
 #ifndef WALFEED_SERVER_ROW_EVENT_WRITER_H_
 #define WALFEED_SERVER_ROW_EVENT_WRITER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,12 @@ class RowEventWriter {
   // cover: TRUNCATE, MESSAGE, and a row event without a relation (which the
   // assembler never emits); ToProto serializes those.
   bool Write(const replication::ChangeEvent& event, std::string* out, FilterKey* key);
+  // The same event in the compact form (walfeed.v1.EventForm): its columns
+  // without their metadata, naming the relation version's shape by `*ref`;
+  // `*shape` is that serialized walfeed.v1.RelationShape. False, as Write, for
+  // events this writer does not cover (their full form is their only form).
+  bool WriteCompact(const replication::ChangeEvent& event, std::string* out, uint32_t* ref,
+                    std::shared_ptr<const std::string>* shape);
 
  private:
   // What a relation version contributes to every event of it.
@@ -37,13 +44,23 @@ class RowEventWriter {
     std::string table;
     std::string schema_table_fields;          // ChangeEvent fields 7 and 8, encoded.
     std::vector<std::string> column_prefixes;  // ColumnValue fields 1-4, encoded.
+    uint32_t ref = 0;                           // Its RelationShape's ref, from 1.
+    std::shared_ptr<const std::string> shape;   // That RelationShape, serialized.
   };
 
   const Relation& Get(const std::shared_ptr<const replication::RelationInfo>& info);
+  // Whether `event` is a row event this writer covers.
+  static bool Covers(const replication::ChangeEvent& event);
+  // The event's bytes in the full form or, `compact`, without column metadata.
+  static void WriteForm(const replication::ChangeEvent& event, const Relation& relation,
+                        bool compact, std::string* out);
 
   // By RelationInfo address: a relation's new version is a new object, and the
   // entry's shared_ptr keeps the address from being reused while it is cached.
   absl::flat_hash_map<const replication::RelationInfo*, Relation> relations_;
+  // Never reused while the process runs, so no session can mistake one
+  // relation version for another, even after the cache above is cleared.
+  uint32_t next_ref_ = 1;
 };
 
 }  // namespace walfeed::server

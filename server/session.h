@@ -29,6 +29,8 @@ struct SessionOptions {
   // A new durable consumer starts after the newest event held instead of the
   // oldest.
   bool start_latest = false;
+  // EVENT_FORM_COMPACT: row events without column metadata, shapes once.
+  bool compact = false;
 };
 
 // The Subscribe reactor, as the stream layer sees it. May be called from any

@@ -54,29 +54,35 @@ bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame
   if (!WindowOpen()) return false;
   const SessionLimits& limits = options_.limits;
   std::vector<const std::string*> batch;  // Stable: the buffer is locked until composed.
+  std::vector<const std::string*> shapes;  // Compact: shapes first needed in this batch.
   size_t bytes = 0;
   EventId last;
   for (auto it = buffer.After(cursor_); it != buffer.end(); ++it) {
+    const bool compact = options_.compact && !it->compact.empty() && it->shape != nullptr;
+    // What the event costs in the form this session gets (the other form is
+    // not sent).
+    const size_t cost = it->bytes - (compact ? it->serialized.size() : it->compact.size());
     if (!batch.empty() && (batch.size() >= limits.max_batch_events ||
-                           bytes + it->bytes > limits.max_batch_bytes || !WindowOpen())) {
+                           bytes + cost > limits.max_batch_bytes || !WindowOpen())) {
       break;
     }
     cursor_ = it->id;
     if (!it->key.ReachableBy(consumer_, options_.ephemeral) || !options_.filter.Matches(it->key)) {
       continue;
     }
-    batch.push_back(&it->serialized);
+    if (compact && shapes_sent_.insert(it->shape_ref).second) shapes.push_back(it->shape.get());
+    batch.push_back(compact ? &it->compact : &it->serialized);
     last = it->id;
-    bytes += it->bytes;
+    bytes += cost;
     if (options_.ephemeral) continue;
-    unacked_.emplace_back(it->id, it->bytes);
-    unacked_bytes_ += it->bytes;
+    unacked_.emplace_back(it->id, cost);
+    unacked_bytes_ += cost;
   }
   if (batch.empty()) return false;
   sent_events_ += batch.size();
   // Events the filters left out after the last one sent: the client may ack past
   // them (EventBatch.passed).
-  ComposeEventsFrame(batch, frame, cursor_ > last ? cursor_.ToString() : std::string());
+  ComposeEventsFrame(batch, frame, cursor_ > last ? cursor_.ToString() : std::string(), shapes);
   return true;
 }
 

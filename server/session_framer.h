@@ -20,6 +20,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 #include "replication/event_id.h"
 #include "replication/lsn.h"
@@ -77,6 +78,8 @@ class SessionFramer {
   }
   bool ComposeEvents(const StreamBuffer& buffer, std::string* frame);
 
+  // Compact form: the RelationShape refs this session was sent.
+  absl::flat_hash_set<uint32_t> shapes_sent_;
   const SessionOptions& options_;
   const std::string consumer_;
   const EventId start_;  // Where the session started: not something it passed.

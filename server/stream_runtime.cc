@@ -214,6 +214,12 @@ void StreamRuntime::WakeAll(const SessionList& sessions) {
 absl::StatusOr<OpenedSession> StreamRuntime::Open(const std::string& consumer,
                                                   std::optional<EventId> start_after,
                                                   SessionOptions options) {
+  if (options.compact && !compact_wanted_.exchange(true)) {
+    // From now on; events converted before go out in the full form.
+    StreamLogger()->info("stream {}: a session asked for compact events: row events are "
+                         "converted in both forms from now on",
+                         name());
+  }
   absl::StatusOr<OpenedSession> opened = registry_.Open(consumer, start_after, std::move(options));
   if (!opened.ok()) return opened;
   if (opened->superseded) {

@@ -196,6 +196,9 @@ class StreamRuntime : public replication::StreamSink {
   const std::unique_ptr<spill::SpillLog> spill_;
   std::atomic<bool> spill_failing_{false};  // The last spill write failed (logged once).
   EventEncoder encoder_;  // Reader thread only.
+  // A compact-form session subscribed once: row events get both forms. Never
+  // reset (a compact session may come back after a reconnect).
+  std::atomic<bool> compact_wanted_{false};
   // Set once the stream is prepared, before the registry is loaded (so any call
   // the registry lets through sees it); owned by the supervisor.
   std::atomic<replication::AckTracker*> tracker_{nullptr};

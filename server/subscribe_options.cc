@@ -78,6 +78,20 @@ absl::StatusOr<SessionOptions> SessionOptionsFor(const walfeed::v1::SubscribeReq
                            " is not a StartPosition (START_POSITION_EARLIEST or _LATEST)")),
           reason::kInvalidRequest, {{"field", "start"}});
   }
+  switch (request.event_form()) {
+    case walfeed::v1::EVENT_FORM_UNSPECIFIED:
+    case walfeed::v1::EVENT_FORM_FULL:
+      break;
+    case walfeed::v1::EVENT_FORM_COMPACT:
+      options.compact = true;
+      break;
+    default:
+      return reason::WithReason(
+          absl::InvalidArgumentError(absl::StrCat(
+              "event_form: ", request.event_form(),
+              " is not an EventForm (EVENT_FORM_FULL or EVENT_FORM_COMPACT)")),
+          reason::kInvalidRequest, {{"field", "event_form"}});
+  }
   return options;
 }
 

@@ -268,6 +268,7 @@ class Session {
   std::optional<EventId>* acked_;  // Across sessions: acks never go backwards.
 
   std::string session_id_;
+  Batch::Shapes shapes_;  // Compact form: what this session received.
   bool started_ = false;
   std::optional<EventId> delivered_;  // Newest id handed to the handler in this session.
   std::optional<EventId> handled_;    // Newest id the handler returned OK for (or passed).
@@ -300,6 +301,7 @@ SessionEnd Session::Run(const std::string& start_after) {
   request.set_start_after(start_after);
   request.set_ephemeral(options_.ephemeral);
   request.set_start(options_.start);
+  request.set_event_form(options_.event_form);
   for (const std::string& table : options_.tables) request.add_tables(table);
   for (walfeed::v1::Operation op : options_.operations) request.add_operations(op);
   request.set_max_batch_events(options_.max_batch_events);
@@ -469,7 +471,8 @@ bool Session::Process(SubscribeResponse& frame) {
   if (!frame.has_events()) return true;  // A frame kind added later.
 
   const std::string passed = frame.events().passed();
-  absl::StatusOr<Batch> batch = Batch::Create(std::move(*frame.mutable_events()), session_id_);
+  absl::StatusOr<Batch> batch =
+      Batch::Create(std::move(*frame.mutable_events()), session_id_, &shapes_);
   if (!batch.ok()) return protocol_error(batch.status().message());
   if (delivered_ && batch->first_id() <= *delivered_) {
     return protocol_error(absl::StrCat("event ", batch->first_id().ToString(),
@@ -604,11 +607,29 @@ absl::Duration BackoffDelay(const BackoffOptions& backoff, int attempt, absl::Bi
 
 }  // namespace
 
-absl::StatusOr<Batch> Batch::Create(walfeed::v1::EventBatch events, std::string session_id) {
+absl::StatusOr<Batch> Batch::Create(walfeed::v1::EventBatch events, std::string session_id,
+                                    Shapes* shapes) {
   if (events.events_size() == 0) return absl::InvalidArgumentError("a batch holds no events");
   Batch batch;
   batch.ids_.reserve(static_cast<size_t>(events.events_size()));
+  Shapes own;
+  if (shapes == nullptr) shapes = &own;
+  for (walfeed::v1::RelationShape& shape : *events.mutable_relations()) {
+    if (shape.ref() == 0) return absl::InvalidArgumentError("a relation shape with ref 0");
+    const uint32_t ref = shape.ref();
+    (*shapes)[ref] = std::make_shared<const walfeed::v1::RelationShape>(std::move(shape));
+  }
   for (const walfeed::v1::ChangeEvent& event : events.events()) {
+    if (event.relation_ref() != 0) {
+      auto found = shapes->find(event.relation_ref());
+      if (found == shapes->end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "event ", event.id(), " names relation shape ", event.relation_ref(),
+            ", which this session never received"));
+      }
+      if (batch.shapes_.empty()) batch.shapes_.resize(static_cast<size_t>(events.events_size()));
+      batch.shapes_[batch.ids_.size()] = found->second;
+    }
     absl::StatusOr<EventId> id = EventId::Parse(event.id());
     if (!id.ok()) return id.status();
     if (!batch.ids_.empty() && *id <= batch.ids_.back()) {

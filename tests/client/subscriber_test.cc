@@ -206,6 +206,36 @@ TEST(BatchTest, CreateChecksIdsAndOrder) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// Compact form: a batch's shapes join the session's; an event names one of
+// them or is in the full form; a ref the session never received is an error.
+TEST(BatchTest, CompactEventsResolveAgainstTheSessionsShapes) {
+  walfeed::v1::EventBatch first = Events({"0/A:0", "0/A:1"});
+  walfeed::v1::RelationShape* shape = first.add_relations();
+  shape->set_ref(3);
+  shape->set_table("t");
+  shape->add_columns()->set_name("id");
+  first.mutable_events(1)->set_relation_ref(3);
+  Batch::Shapes shapes;
+  absl::StatusOr<Batch> batch = Batch::Create(first, "s1", &shapes);
+  ASSERT_THAT(batch, IsOk());
+  EXPECT_EQ(batch->shape(0), nullptr) << "the full form describes itself";
+  ASSERT_NE(batch->shape(1), nullptr);
+  EXPECT_EQ(batch->shape(1)->columns(0).name(), "id");
+
+  // A later batch of the session refers to it without carrying it.
+  walfeed::v1::EventBatch second = Events({"0/B:0"});
+  second.mutable_events(0)->set_relation_ref(3);
+  batch = Batch::Create(second, "s1", &shapes);
+  ASSERT_THAT(batch, IsOk());
+  EXPECT_EQ(batch->shape(0)->table(), "t");
+  // A new session knows no shapes.
+  Batch::Shapes fresh;
+  EXPECT_THAT(Batch::Create(second, "s2", &fresh),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("names relation shape 3, which this session never received")));
+  EXPECT_EQ(Batch::Create(Events({"0/C:0"}))->shape(0), nullptr);
+}
+
 TEST(IsRetryableTest, TransientAndDefiniteCodes) {
   for (absl::StatusCode code :
        {absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded,

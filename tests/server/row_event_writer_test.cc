@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -153,6 +154,73 @@ TEST(RowEventWriterTest, ANewVersionOfARelationIsNotServedFromTheCache) {
   ASSERT_TRUE(writer.Write(event, &bytes, &key));
   EXPECT_EQ(bytes, Reference(event));
   EXPECT_NE(bytes.find("renamed"), std::string::npos);
+}
+
+// The compact form is the full form without ColumnValue fields 1-4, naming a
+// shape that holds exactly those fields: resolving each value against the
+// shape (old key values against its key columns) gives the full form back.
+TEST(RowEventWriterTest, TheCompactFormIsTheFullFormWithItsMetadataInTheShape) {
+  for (uint32_t seed = 1; seed <= 10; ++seed) {
+    EventMaker maker(seed);
+    RowEventWriter writer;
+    std::vector<std::shared_ptr<const RelationInfo>> relations;
+    for (int i = 0; i < 8; ++i) relations.push_back(maker.Relation());
+    std::map<uint32_t, std::string> shapes;  // By ref: one shape per relation version.
+    for (int i = 0; i < 1000; ++i) {
+      const ChangeEvent event = maker.Event(relations[maker.Pick(relations.size())]);
+      std::string bytes;
+      uint32_t ref = 0;
+      std::shared_ptr<const std::string> shape_bytes;
+      ASSERT_TRUE(writer.WriteCompact(event, &bytes, &ref, &shape_bytes));
+      ASSERT_NE(ref, 0u);
+      ASSERT_NE(shape_bytes, nullptr);
+      if (!shapes.emplace(ref, *shape_bytes).second) {
+        ASSERT_EQ(shapes[ref], *shape_bytes) << "a ref names one shape";
+      }
+      walfeed::v1::RelationShape shape;
+      ASSERT_TRUE(shape.ParseFromString(*shape_bytes));
+      EXPECT_EQ(shape.ref(), ref);
+
+      walfeed::v1::ChangeEvent full = ToProto(event);
+      walfeed::v1::ChangeEvent stripped = full;
+      for (auto* values : {stripped.mutable_new_values(), stripped.mutable_old_values()}) {
+        for (walfeed::v1::ColumnValue& value : *values) {
+          value.clear_name();
+          value.clear_type_oid();
+          value.clear_type_name();
+          value.clear_key();
+        }
+      }
+      stripped.set_relation_ref(ref);
+      ASSERT_EQ(bytes, stripped.SerializeAsString()) << "seed " << seed << " event " << i;
+
+      // Resolving against the shape restores the metadata.
+      EXPECT_EQ(shape.schema(), full.schema());
+      EXPECT_EQ(shape.table(), full.table());
+      std::vector<int> keys;
+      for (int c = 0; c < shape.columns_size(); ++c) {
+        if (shape.columns(c).key()) keys.push_back(c);
+      }
+      const auto expect_described = [&](const walfeed::v1::ColumnValue& value, int column) {
+        const walfeed::v1::ColumnShape& described = shape.columns(column);
+        EXPECT_EQ(value.name(), described.name());
+        EXPECT_EQ(value.type_oid(), described.type_oid());
+        EXPECT_EQ(value.type_name(), described.type_name());
+        EXPECT_EQ(value.key(), described.key());
+      };
+      for (int c = 0; c < full.new_values_size() && c < shape.columns_size(); ++c) {
+        expect_described(full.new_values(c), c);
+      }
+      if (full.old_values_kind() == walfeed::v1::OLD_VALUES_KEY) {
+        ASSERT_LE(full.old_values_size(), static_cast<int>(keys.size()));
+        for (int k = 0; k < full.old_values_size(); ++k) expect_described(full.old_values(k), keys[k]);
+      } else {
+        for (int c = 0; c < full.old_values_size() && c < shape.columns_size(); ++c) {
+          expect_described(full.old_values(c), c);
+        }
+      }
+    }
+  }
 }
 
 TEST(RowEventWriterTest, TruncateAndMessageAreLeftToToProto) {

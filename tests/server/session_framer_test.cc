@@ -155,6 +155,72 @@ TEST_F(SessionFramerTest, AudienceBoundEventsReachOnlyTheirConsumer) {
   EXPECT_THAT(NextIds(ephemeral), ElementsAre(Id(0x100, 0).ToString()));
 }
 
+// A compact session: the batch that first needs a shape carries it, later
+// ones do not; an event converted before compact sessions existed goes out
+// whole. A full-form session gets full events and no shapes.
+TEST_F(SessionFramerTest, CompactSessionsGetEachShapeOnceAndFullSessionsNone) {
+  auto relation = std::make_shared<replication::RelationInfo>();
+  relation->schema = "public";
+  relation->table = "t";
+  relation->columns = {replication::ColumnInfo{"id", 23, -1, true, "int4"},
+                       replication::ColumnInfo{"v", 25, -1, false, "text"}};
+  EventEncoder encoder;
+  const auto insert = [&](uint32_t index, bool compact) {
+    replication::ChangeEvent event;
+    event.id = Id(0x100, index);
+    event.op = replication::ChangeEvent::Op::kInsert;
+    event.relation = relation;
+    for (const char* text : {"7", "seven"}) {
+      event.new_tuple.columns.push_back(
+          {replication::pgoutput::TupleValue::Kind::kText, std::string(text)});
+    }
+    ASSERT_THAT(buffer_.Append(encoder.Encode(event, compact)), IsOk());
+  };
+  insert(0, /*compact=*/false);  // Converted before a compact session subscribed.
+  insert(1, /*compact=*/true);
+  insert(2, /*compact=*/true);
+
+  options_.compact = true;
+  options_.limits.max_batch_events = 2;
+  SessionFramer compact(options_, EventId{}, kT0);
+  bool sent = false;
+  Next(compact, kT0, &sent);  // started
+  walfeed::v1::SubscribeResponse first = Next(compact, kT0, &sent);
+  ASSERT_EQ(first.events().events_size(), 2);
+  EXPECT_EQ(first.events().events(0).relation_ref(), 0u);
+  EXPECT_EQ(first.events().events(0).new_values(0).name(), "id");
+  const walfeed::v1::ChangeEvent& small = first.events().events(1);
+  ASSERT_NE(small.relation_ref(), 0u);
+  ASSERT_EQ(small.new_values_size(), 2);
+  EXPECT_EQ(small.new_values(0).name(), "");
+  EXPECT_EQ(small.new_values(1).text(), "seven");
+  ASSERT_EQ(first.events().relations_size(), 1);
+  const walfeed::v1::RelationShape& shape = first.events().relations(0);
+  EXPECT_EQ(shape.ref(), small.relation_ref());
+  EXPECT_EQ(shape.table(), "t");
+  ASSERT_EQ(shape.columns_size(), 2);
+  EXPECT_EQ(shape.columns(1).name(), "v");
+  EXPECT_TRUE(shape.columns(0).key());
+  walfeed::v1::SubscribeResponse second = Next(compact, kT0, &sent);
+  ASSERT_EQ(second.events().events_size(), 1);
+  EXPECT_EQ(second.events().events(0).relation_ref(), small.relation_ref());
+  EXPECT_EQ(second.events().relations_size(), 0) << "sent once per session";
+  // The window counts what was sent: the compact events cost less.
+  EXPECT_LT(compact.unacked_bytes(), 3 * buffer_.After(EventId{})->bytes);
+
+  options_.compact = false;
+  options_.limits.max_batch_events = 10;
+  SessionFramer full(options_, EventId{}, kT0);
+  Next(full, kT0, &sent);  // started
+  walfeed::v1::SubscribeResponse all = Next(full, kT0, &sent);
+  ASSERT_EQ(all.events().events_size(), 3);
+  for (const walfeed::v1::ChangeEvent& event : all.events().events()) {
+    EXPECT_EQ(event.relation_ref(), 0u);
+    EXPECT_EQ(event.new_values(1).name(), "v");
+  }
+  EXPECT_EQ(all.events().relations_size(), 0);
+}
+
 TEST_F(SessionFramerTest, ASessionThatPassedNothingReportsNoPassedPosition) {
   SessionFramer framer(options_, Id(0x80, 2), kT0);
   bool sent = false;

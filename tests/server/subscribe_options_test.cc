@@ -24,6 +24,7 @@ TEST(SessionOptionsForTest, ZeroMeansTheServersDefault) {
   EXPECT_EQ(options->limits.progress_interval, absl::Seconds(3));
   EXPECT_FALSE(options->ephemeral);
   EXPECT_FALSE(options->start_latest);
+  EXPECT_FALSE(options->compact);
 }
 
 TEST(SessionOptionsForTest, ValuesInRangeAreTakenAndBatchBytesAreCapped) {
@@ -35,6 +36,7 @@ TEST(SessionOptionsForTest, ValuesInRangeAreTakenAndBatchBytesAreCapped) {
   request.set_progress_interval_ms(10);
   request.set_ephemeral(true);
   request.set_start(walfeed::v1::START_POSITION_LATEST);
+  request.set_event_form(walfeed::v1::EVENT_FORM_COMPACT);
   absl::StatusOr<SessionOptions> options = SessionOptionsFor(request, {});
   ASSERT_THAT(options.status(), IsOk());
   EXPECT_EQ(options->limits.max_batch_events, 100000u);
@@ -44,6 +46,7 @@ TEST(SessionOptionsForTest, ValuesInRangeAreTakenAndBatchBytesAreCapped) {
   EXPECT_EQ(options->limits.progress_interval, absl::Milliseconds(10));
   EXPECT_TRUE(options->ephemeral);
   EXPECT_TRUE(options->start_latest);
+  EXPECT_TRUE(options->compact);
 }
 
 TEST(SessionOptionsForTest, OutOfRangeValuesNameTheFieldAndTheRange) {
@@ -60,6 +63,8 @@ TEST(SessionOptionsForTest, OutOfRangeValuesNameTheFieldAndTheRange) {
       {[](auto& r) { r.set_max_unacked_bytes((uint64_t{64} << 30) + 1); }, "max_unacked_bytes"},
       {[](auto& r) { r.set_start(static_cast<walfeed::v1::StartPosition>(9)); },
        "start: 9 is not a StartPosition"},
+      {[](auto& r) { r.set_event_form(static_cast<walfeed::v1::EventForm>(5)); },
+       "event_form: 5 is not an EventForm"},
       {[](auto& r) { r.add_tables("no_dot"); }, "tables[0]"},
   };
   for (const Case& c : cases) {

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -58,11 +59,17 @@ struct Core;
 // never empty, with their ids parsed.
 class Batch {
  public:
+  // Compact-form shapes by ref, as one session received them.
+  using Shapes =
+      absl::flat_hash_map<uint32_t, std::shared_ptr<const walfeed::v1::RelationShape>>;
+
   // Checks that `events` is not empty and that every id parses and is greater
   // than the one before (InvalidArgument otherwise). Subscriber builds batches
-  // with it; tests and replays may too.
+  // with it; tests and replays may too. `shapes`: the session's shapes so far,
+  // to which the batch's own (EventBatch.relations) are added; every
+  // compact-form event must name one of them (InvalidArgument otherwise).
   static absl::StatusOr<Batch> Create(walfeed::v1::EventBatch events,
-                                      std::string session_id = "");
+                                      std::string session_id = "", Shapes* shapes = nullptr);
 
   // The session that delivered the batch ("" when built by hand).
   const std::string& session_id() const { return session_id_; }
@@ -73,6 +80,13 @@ class Batch {
   const walfeed::v1::ChangeEvent& event(int i) const { return events_.events(i); }
   // The parsed id of event(i).
   const EventId& id(int i) const { return ids_[static_cast<size_t>(i)]; }
+  // SubscriberOptions::event_form EVENT_FORM_COMPACT: the shape event(i)'s
+  // values follow (names, types and key flags of its columns, in order;
+  // old key values follow its key columns), or nullptr for an event in the full
+  // form, whose columns describe themselves.
+  const walfeed::v1::RelationShape* shape(int i) const {
+    return shapes_.empty() ? nullptr : shapes_[static_cast<size_t>(i)].get();
+  }
   const EventId& first_id() const { return ids_.front(); }
   const EventId& last_id() const { return ids_.back(); }
 
@@ -84,6 +98,8 @@ class Batch {
 
   walfeed::v1::EventBatch events_;
   std::vector<EventId> ids_;
+  // Per event when any is compact; empty when none is.
+  std::vector<std::shared_ptr<const walfeed::v1::RelationShape>> shapes_;
   std::string session_id_;
 };
 
@@ -188,6 +204,10 @@ struct SubscriberOptions {
   std::vector<std::string> tables;
   // Only these operations; empty: all.
   std::vector<walfeed::v1::Operation> operations;
+  // EVENT_FORM_COMPACT: row events without their columns' metadata, which
+  // Batch::shape gives instead (fewer bytes to receive and parse). Default:
+  // every column carries its name and type.
+  walfeed::v1::EventForm event_form = walfeed::v1::EVENT_FORM_UNSPECIFIED;
 
   // 0 for each: the server's default (256 events, 1 MiB per batch; a window of
   // 10,000 events or 64 MiB unacked; progress every 5 s).
