@@ -15,6 +15,7 @@
 # Settings (environment): WALFEED_BUILD (default <repo>/build), BENCH_PGHOST/
 # BENCH_PGPORT/BENCH_PGUSER/BENCH_PGDATABASE (default 127.0.0.1 55433 postgres
 # bench), DRAIN_BATCH (1024), DRAIN_WINDOW (200000), DRAIN_ACK_EVERY (50000),
+# DRAIN_COMPACT (set: the drain client asks for the compact event form),
 # WALFEED_BUFFER_BYTES (the server default, 67108864), WALFEED_READ_COALESCE
 # (unset: the server default), WALFEED_BENCH_LOGS (a directory to keep each
 # run's server log in, as <slot>.log).
@@ -90,10 +91,13 @@ for _ in $(seq 1 500); do [ -s "$tmp/server.pid" ] && break; sleep 0.01; done
 server_pid="$(cat "$tmp/server.pid")"
 
 drain_rc=0
+event_form=full
+[ -n "${DRAIN_COMPACT:-}" ] && event_form=compact
 "$TIME_BIN" -f '%e %U %S %M' -o "$tmp/drain.time" \
   "$DRAIN_BIN" --server "127.0.0.1:$port" --stream "$stream" --consumer drain \
   --end-lsn "$END_LSN" --batch "${DRAIN_BATCH:-1024}" --window "${DRAIN_WINDOW:-200000}" \
-  --ack-every "${DRAIN_ACK_EVERY:-50000}" --ack-interval-ms 1000 >"$tmp/drain.json" || drain_rc=$?
+  --ack-every "${DRAIN_ACK_EVERY:-50000}" --ack-interval-ms 1000 \
+  --event-form "$event_form" >"$tmp/drain.json" || drain_rc=$?
 
 # SIGTERM to exit, with nothing in flight (the client has acked and gone).
 stop_begin="$(date +%s.%N)"

@@ -24,6 +24,10 @@
 //   walfeed_drain --server 127.0.0.1:PORT --stream bench --consumer drain
 //                 --end-lsn 0/5A3C1D8 [--batch 1024] [--window 200000]
 //                 [--ack-every 50000] [--ack-interval-ms 1000] [--timeout-s 600]
+//                 [--event-form full|compact]
+//
+// --event-form compact subscribes with EVENT_FORM_COMPACT: it keeps the shapes
+// each batch brings and checks that every compact event names one it has.
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -33,6 +37,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "bench_client.h"
 #include "google/protobuf/arena.h"
@@ -58,13 +63,15 @@ struct Flags {
   uint32_t ack_every = 50000;
   int ack_interval_ms = 1000;
   int timeout_s = 600;
+  bool compact = false;
 };
 
 Flags ParseFlags(int argc, char** argv) {
   walfeed::bench::FlagArgs args(
       argc, argv, "walfeed_drain",
       "--end-lsn X/Y [--server HOST:PORT] [--stream NAME] [--consumer NAME] [--batch N] "
-      "[--window N] [--ack-every N] [--ack-interval-ms MS] [--timeout-s S]");
+      "[--window N] [--ack-every N] [--ack-interval-ms MS] [--timeout-s S] "
+      "[--event-form full|compact]");
   Flags flags;
   while (args.Next()) {
     if (args.Is("--server")) {
@@ -85,6 +92,11 @@ Flags ParseFlags(int argc, char** argv) {
       flags.ack_interval_ms = args.Positive<int>();
     } else if (args.Is("--timeout-s")) {
       flags.timeout_s = args.Positive<int>();
+    } else if (args.Is("--event-form")) {
+      if (args.text() != "full" && args.text() != "compact") {
+        args.Fail("--event-form: full or compact, not " + args.text());
+      }
+      flags.compact = args.text() == "compact";
     } else {
       args.Fail("unknown flag " + args.flag());
     }
@@ -122,6 +134,7 @@ int Run(const Flags& flags) {
   request.set_max_unacked_events(flags.window);
   request.set_max_unacked_bytes(flags.window_bytes);
   request.set_progress_interval_ms(10);
+  if (flags.compact) request.set_event_form(v1::EVENT_FORM_COMPACT);
 
   std::unique_ptr<grpc::ClientContext> context;
   std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader;
@@ -137,7 +150,8 @@ int Run(const Flags& flags) {
                               first_frame.started().session_id());
 
   uint64_t inserts = 0, updates = 0, deletes = 0, reads = 0, other = 0, bytes = 0, batches = 0;
-  uint64_t progress_frames = 0;
+  uint64_t progress_frames = 0, compact_events = 0;
+  absl::flat_hash_map<uint32_t, int> shapes;  // Compact form: columns per shape ref.
   uint32_t since_ack = 0;
   std::string last_id;
   std::string stop_reason;
@@ -164,10 +178,20 @@ int Run(const Flags& flags) {
     if (frame.has_events()) {
       ++batches;
       if (t_first == Clock::time_point{}) t_first = Clock::now();
+      for (const v1::RelationShape& shape : frame.events().relations()) {
+        shapes[shape.ref()] = shape.columns_size();
+      }
       for (const v1::ChangeEvent& event : frame.events().events()) {
         if (event.commit_lsn() >= end) {
           stop_reason = "past_end";
           break;
+        }
+        if (event.relation_ref() != 0) {
+          if (!shapes.contains(event.relation_ref())) {
+            stop_reason = "unknown_shape";
+            break;
+          }
+          ++compact_events;
         }
         switch (event.op()) {
           case v1::OPERATION_INSERT: ++inserts; break;
@@ -241,7 +265,7 @@ int Run(const Flags& flags) {
       "\"acks\": %d, \"ack_failures\": %d, \"stop_reason\": \"%s\", \"last_id\": \"%s\", "
       "\"subscribe_attempts\": %d, \"subscribe_s\": %.4f, \"first_event_after_s\": %.4f, "
       "\"last_event_after_s\": %.4f, \"first_progress_after_last_event_s\": %.4f, "
-      "\"progress_after_last_event\": %llu, \"internal_s\": %.4f}\n",
+      "\"progress_after_last_event\": %llu, \"internal_s\": %.4f, \"compact_events\": %llu}\n",
       static_cast<unsigned long long>(events), static_cast<unsigned long long>(bytes),
       static_cast<unsigned long long>(inserts), static_cast<unsigned long long>(updates),
       static_cast<unsigned long long>(deletes), static_cast<unsigned long long>(reads),
@@ -254,7 +278,8 @@ int Run(const Flags& flags) {
       t_first_progress_after == Clock::time_point{} || t_last_event == Clock::time_point{}
           ? -1.0
           : Seconds(t_first_progress_after - t_last_event),
-      static_cast<unsigned long long>(progress_after_last), Seconds(t_end - t_start));
+      static_cast<unsigned long long>(progress_after_last), Seconds(t_end - t_start),
+      static_cast<unsigned long long>(compact_events));
   std::fflush(stdout);
   const bool ok = stop_reason == "past_end" || stop_reason == "progress";
   return ok && acker.failed() == 0 ? 0 : 1;

@@ -9,9 +9,8 @@ namespace walfeed::server {
 BufferedEvent EventEncoder::Encode(const replication::ChangeEvent& event, bool compact) {
   BufferedEvent encoded;
   encoded.id = event.id;
-  if (rows_.Write(event, &encoded.serialized, &encoded.key)) {
-    if (compact) rows_.WriteCompact(event, &encoded.compact, &encoded.shape_ref, &encoded.shape);
-  } else {
+  if (!rows_.WriteBoth(event, &encoded.serialized, &encoded.key,
+                       compact ? &encoded.compact : nullptr, &encoded.shape_ref, &encoded.shape)) {
     google::protobuf::Arena arena(block_.get(), kBlockBytes);
     auto* converted = google::protobuf::Arena::CreateMessage<walfeed::v1::ChangeEvent>(&arena);
     ToProto(event, converted);

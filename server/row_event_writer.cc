@@ -98,20 +98,27 @@ struct ValuePart {
 };
 
 // Field `field` (new_values or old_values): one ColumnValue per value, as
-// AppendValues in event_convert.cc builds them; `compact`: without fields 1-4.
+// AppendValues in event_convert.cc builds them, to `full`; and, when
+// `compact` is set, the same values without fields 1-4 to it (each value is
+// looked at once for both).
 void AppendColumns(uint32_t field, const std::vector<std::string>& prefixes,
-                   const TupleData& tuple, bool keys_only, bool compact,
-                   const replication::RelationInfo& relation, std::string* out) {
+                   const TupleData& tuple, bool keys_only,
+                   const replication::RelationInfo& relation, std::string* full,
+                   std::string* compact) {
   for (size_t i = 0; i < tuple.columns.size(); ++i) {
     const bool described = i < prefixes.size();
     if (keys_only && (!described || !relation.columns[i].is_key)) continue;
     const ValuePart value(tuple.columns[i]);
-    const absl::string_view prefix =
-        described && !compact ? absl::string_view(prefixes[i]) : "";
-    out->push_back(Tag(field, kLengthDelimited));
-    AppendVarint(prefix.size() + value.Size(), out);
-    out->append(prefix.data(), prefix.size());
-    value.Append(out);
+    const size_t value_size = value.Size();
+    const absl::string_view prefix = described ? absl::string_view(prefixes[i]) : "";
+    full->push_back(Tag(field, kLengthDelimited));
+    AppendVarint(prefix.size() + value_size, full);
+    full->append(prefix.data(), prefix.size());
+    value.Append(full);
+    if (compact == nullptr) continue;
+    compact->push_back(Tag(field, kLengthDelimited));
+    AppendVarint(value_size, compact);
+    value.Append(compact);
   }
 }
 
@@ -161,27 +168,34 @@ bool RowEventWriter::Covers(const ChangeEvent& event) {
 }
 
 bool RowEventWriter::Write(const ChangeEvent& event, std::string* out, FilterKey* key) {
-  if (!Covers(event)) return false;
-  const Relation& relation = Get(event.relation);
-  WriteForm(event, relation, /*compact=*/false, out);
-  key->op = ToProtoOp(event.op);
-  key->tables.clear();
-  key->tables.emplace_back(relation.schema, relation.table);
-  return true;
+  return WriteBoth(event, out, key, nullptr, nullptr, nullptr);
 }
 
 bool RowEventWriter::WriteCompact(const ChangeEvent& event, std::string* out, uint32_t* ref,
                                   std::shared_ptr<const std::string>* shape) {
+  std::string full;
+  FilterKey key;
+  return WriteBoth(event, &full, &key, out, ref, shape);
+}
+
+bool RowEventWriter::WriteBoth(const ChangeEvent& event, std::string* full, FilterKey* key,
+                               std::string* compact, uint32_t* ref,
+                               std::shared_ptr<const std::string>* shape) {
   if (!Covers(event)) return false;
   const Relation& relation = Get(event.relation);
-  WriteForm(event, relation, /*compact=*/true, out);
-  *ref = relation.ref;
-  *shape = relation.shape;
+  WriteForms(event, relation, full, compact);
+  key->op = ToProtoOp(event.op);
+  key->tables.clear();
+  key->tables.emplace_back(relation.schema, relation.table);
+  if (compact != nullptr) {
+    *ref = relation.ref;
+    *shape = relation.shape;
+  }
   return true;
 }
 
-void RowEventWriter::WriteForm(const ChangeEvent& event, const Relation& relation, bool compact,
-                               std::string* out) {
+void RowEventWriter::WriteForms(const ChangeEvent& event, const Relation& relation,
+                                std::string* out, std::string* compact) {
   const walfeed::v1::Operation op = ToProtoOp(event.op);
   out->clear();
   AppendBytesField(1, event.id.ToString(), out);
@@ -201,24 +215,28 @@ void RowEventWriter::WriteForm(const ChangeEvent& event, const Relation& relatio
   }
   AppendVarintField(6, op, out);
   out->append(relation.schema_table_fields);
+  if (compact != nullptr) *compact = *out;  // Fields 1-8 are the same in both forms.
   if (op != walfeed::v1::OPERATION_DELETE) {
-    AppendColumns(9, relation.column_prefixes, event.new_tuple, /*keys_only=*/false, compact,
-                  *relation.info, out);
+    AppendColumns(9, relation.column_prefixes, event.new_tuple, /*keys_only=*/false,
+                  *relation.info, out, compact);
   }
+  std::string tail;  // Fields 11, 14 and 15: the same in both forms too.
   if (op != walfeed::v1::OPERATION_INSERT && op != walfeed::v1::OPERATION_READ &&
       (event.old_kind == OldTupleKind::kKey || event.old_kind == OldTupleKind::kFull)) {
     const bool keys_only = event.old_kind == OldTupleKind::kKey;
-    AppendColumns(10, relation.column_prefixes, event.old_tuple, keys_only, compact,
-                  *relation.info, out);
+    AppendColumns(10, relation.column_prefixes, event.old_tuple, keys_only, *relation.info, out,
+                  compact);
     AppendVarintField(11, keys_only ? walfeed::v1::OLD_VALUES_KEY : walfeed::v1::OLD_VALUES_FULL,
-                      out);
+                      &tail);
   }
-  AppendVarintField(14, event.last_in_transaction ? 1 : 0, out);
-  AppendVarintField(15, event.transaction_event_count, out);
-  if (compact) {
+  AppendVarintField(14, event.last_in_transaction ? 1 : 0, &tail);
+  AppendVarintField(15, event.transaction_event_count, &tail);
+  out->append(tail);
+  if (compact != nullptr) {
+    compact->append(tail);
     // Field 16: its tag takes two bytes.
-    AppendVarint((16 << 3) | kVarint, out);
-    AppendVarint(relation.ref, out);
+    AppendVarint((16 << 3) | kVarint, compact);
+    AppendVarint(relation.ref, compact);
   }
 }
 

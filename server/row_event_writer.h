@@ -35,6 +35,10 @@ class RowEventWriter {
   // events this writer does not cover (their full form is their only form).
   bool WriteCompact(const replication::ChangeEvent& event, std::string* out, uint32_t* ref,
                     std::shared_ptr<const std::string>* shape);
+  // Both at once (each value is looked at once): Write's `full` and `key`,
+  // and, when `compact` is not null, WriteCompact's `compact`, `ref`, `shape`.
+  bool WriteBoth(const replication::ChangeEvent& event, std::string* full, FilterKey* key,
+                 std::string* compact, uint32_t* ref, std::shared_ptr<const std::string>* shape);
 
  private:
   // What a relation version contributes to every event of it.
@@ -51,9 +55,10 @@ class RowEventWriter {
   const Relation& Get(const std::shared_ptr<const replication::RelationInfo>& info);
   // Whether `event` is a row event this writer covers.
   static bool Covers(const replication::ChangeEvent& event);
-  // The event's bytes in the full form or, `compact`, without column metadata.
-  static void WriteForm(const replication::ChangeEvent& event, const Relation& relation,
-                        bool compact, std::string* out);
+  // The event's bytes in the full form, and in the compact form (without
+  // column metadata) when `compact` is not null.
+  static void WriteForms(const replication::ChangeEvent& event, const Relation& relation,
+                         std::string* out, std::string* compact);
 
   // By RelationInfo address: a relation's new version is a new object, and the
   // entry's shared_ptr keeps the address from being reused while it is cached.

@@ -193,6 +193,15 @@ TEST(RowEventWriterTest, TheCompactFormIsTheFullFormWithItsMetadataInTheShape) {
       }
       stripped.set_relation_ref(ref);
       ASSERT_EQ(bytes, stripped.SerializeAsString()) << "seed " << seed << " event " << i;
+      // Both forms in one pass: the same bytes as each alone.
+      std::string both_full, both_compact;
+      FilterKey key;
+      uint32_t both_ref = 0;
+      std::shared_ptr<const std::string> both_shape;
+      ASSERT_TRUE(writer.WriteBoth(event, &both_full, &key, &both_compact, &both_ref, &both_shape));
+      ASSERT_EQ(both_full, full.SerializeAsString());
+      ASSERT_EQ(both_compact, bytes);
+      EXPECT_EQ(both_ref, ref);
 
       // Resolving against the shape restores the metadata.
       EXPECT_EQ(shape.schema(), full.schema());
