@@ -497,6 +497,11 @@ void CheckSubscribeRequest(const v1::SubscribeRequest& request) {
       request.start() != v1::START_POSITION_LATEST) {
     bad_fields.push_back("start");
   }
+  if (request.event_form() != v1::EVENT_FORM_UNSPECIFIED &&
+      request.event_form() != v1::EVENT_FORM_FULL &&
+      request.event_form() != v1::EVENT_FORM_COMPACT) {
+    bad_fields.push_back("event_form");
+  }
 
   if (!options.ok()) {
     const absl::Status& status = options.status();
@@ -551,6 +556,9 @@ void CheckSubscribeRequest(const v1::SubscribeRequest& request) {
   if (options->ephemeral != request.ephemeral()) Fail("ephemeral is not as requested", "");
   if (options->start_latest != (request.start() == v1::START_POSITION_LATEST)) {
     Fail("start_latest is not as requested", "");
+  }
+  if (options->compact != (request.event_form() == v1::EVENT_FORM_COMPACT)) {
+    Fail("compact is not as requested", "");
   }
 
   std::vector<absl::string_view> others = {request.stream(), request.consumer(),
