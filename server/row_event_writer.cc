@@ -171,13 +171,6 @@ bool RowEventWriter::Write(const ChangeEvent& event, std::string* out, FilterKey
   return WriteBoth(event, out, key, nullptr, nullptr, nullptr);
 }
 
-bool RowEventWriter::WriteCompact(const ChangeEvent& event, std::string* out, uint32_t* ref,
-                                  std::shared_ptr<const std::string>* shape) {
-  std::string full;
-  FilterKey key;
-  return WriteBoth(event, &full, &key, out, ref, shape);
-}
-
 bool RowEventWriter::WriteBoth(const ChangeEvent& event, std::string* full, FilterKey* key,
                                std::string* compact, uint32_t* ref,
                                std::shared_ptr<const std::string>* shape) {

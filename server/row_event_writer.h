@@ -29,14 +29,10 @@ class RowEventWriter {
   // cover: TRUNCATE, MESSAGE, and a row event without a relation (which the
   // assembler never emits); ToProto serializes those.
   bool Write(const replication::ChangeEvent& event, std::string* out, FilterKey* key);
-  // The same event in the compact form (walfeed.v1.EventForm): its columns
-  // without their metadata, naming the relation version's shape by `*ref`;
-  // `*shape` is that serialized walfeed.v1.RelationShape. False, as Write, for
-  // events this writer does not cover (their full form is their only form).
-  bool WriteCompact(const replication::ChangeEvent& event, std::string* out, uint32_t* ref,
-                    std::shared_ptr<const std::string>* shape);
-  // Both at once (each value is looked at once): Write's `full` and `key`,
-  // and, when `compact` is not null, WriteCompact's `compact`, `ref`, `shape`.
+  // Write's `full` and `key`, and, when `compact` is not null, the same event
+  // in the compact form (walfeed.v1.EventForm): its columns without their
+  // metadata, naming the relation version's shape by `*ref`; `*shape` is that
+  // serialized walfeed.v1.RelationShape. One pass: each value is looked at once.
   bool WriteBoth(const replication::ChangeEvent& event, std::string* full, FilterKey* key,
                  std::string* compact, uint32_t* ref, std::shared_ptr<const std::string>* shape);
 

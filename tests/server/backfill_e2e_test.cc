@@ -313,12 +313,7 @@ TEST_F(BackfillE2eTest, KilledServerResumesAtTheNextChunk) {
   ASSERT_TRUE(first->WaitForEnd());
 
   Materialized table({"id"});
-  std::set<std::string> acked_reads;
-  for (const ChangeEvent& event : first->events()) {
-    if (ParseId(event.id()) > acked) continue;
-    table.Apply(event);
-    if (event.op() == walfeed::v1::OPERATION_READ) acked_reads.insert(NewValue(event, "id"));
-  }
+  const std::set<std::string> acked_reads = ApplyAcked(first->events(), acked, &table);
   ASSERT_FALSE(acked_reads.empty());
 
   process = std::make_unique<ServerProcess>(config, dir_ + "/server2.log");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,19 @@ class Materialized {
   const std::vector<std::string> key_;
   std::map<std::string, std::string> rows_;
 };
+
+// Applies `events` up to and including `acked` to `table`; returns the ids
+// ("id" column) of the READ events among them.
+inline std::set<std::string> ApplyAcked(const std::vector<ChangeEvent>& events, EventId acked,
+                                        Materialized* table) {
+  std::set<std::string> reads;
+  for (const ChangeEvent& event : events) {
+    if (ParseId(event.id()) > acked) continue;
+    table->Apply(event);
+    if (event.op() == walfeed::v1::OPERATION_READ) reads.insert(NewValue(event, "id"));
+  }
+  return reads;
+}
 
 class BackfillE2eTest : public ServerE2eTest {
  protected:

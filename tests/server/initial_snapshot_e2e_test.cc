@@ -252,12 +252,7 @@ TEST_F(InitialSnapshotE2eTest, KilledDuringTheSnapshotResumesWithWatermarks) {
   EXPECT_THAT(process->Log(), HasSubstr("read under the slot's exported snapshot"));
 
   Materialized table({"id"});
-  std::set<std::string> acked_reads;
-  for (const ChangeEvent& event : first->events()) {
-    if (ParseId(event.id()) > acked) continue;
-    table.Apply(event);
-    if (event.op() == walfeed::v1::OPERATION_READ) acked_reads.insert(NewValue(event, "id"));
-  }
+  const std::set<std::string> acked_reads = ApplyAcked(first->events(), acked, &table);
   ASSERT_FALSE(acked_reads.empty());
   // Changes while walfeed is down: streamed after the restart.
   ASSERT_THAT(pg_->Exec("UPDATE orders SET qty = -1 WHERE id % 997 = 0; "
