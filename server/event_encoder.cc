@@ -1,5 +1,8 @@
 #include "server/event_encoder.h"
 
+#include <memory>
+#include <utility>
+
 #include "google/protobuf/arena.h"
 #include "server/event_convert.h"
 #include "walfeed/v1/change_stream.pb.h"
@@ -9,8 +12,12 @@ namespace walfeed::server {
 BufferedEvent EventEncoder::Encode(const replication::ChangeEvent& event, bool compact) {
   BufferedEvent encoded;
   encoded.id = event.id;
-  if (!rows_.WriteBoth(event, &encoded.serialized, &encoded.key,
-                       compact ? &encoded.compact : nullptr, &encoded.shape_ref, &encoded.shape)) {
+  auto form = compact ? std::make_shared<CompactForm>() : nullptr;
+  if (rows_.WriteBoth(event, &encoded.serialized, &encoded.key,
+                      form ? &form->serialized : nullptr, form ? &form->shape_ref : nullptr,
+                      form ? &form->shape : nullptr)) {
+    encoded.compact = std::move(form);
+  } else {
     google::protobuf::Arena arena(block_.get(), kBlockBytes);
     auto* converted = google::protobuf::Arena::CreateMessage<walfeed::v1::ChangeEvent>(&arena);
     ToProto(event, converted);

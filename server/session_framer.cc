@@ -58,10 +58,13 @@ bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame
   size_t bytes = 0;
   EventId last;
   for (auto it = buffer.After(cursor_); it != buffer.end(); ++it) {
-    const bool compact = options_.compact && !it->compact.empty() && it->shape != nullptr;
-    // What the event costs in the form this session gets (the other form is
-    // not sent).
-    const size_t cost = it->bytes - (compact ? it->serialized.size() : it->compact.size());
+    const CompactForm* form = options_.compact ? it->compact.get() : nullptr;
+    // What the event costs in the form this session gets, as if it were the
+    // only one held (the other form is not sent).
+    const size_t full_cost =
+        it->bytes - (it->compact ? it->compact->serialized.size() + sizeof(CompactForm) : 0);
+    const size_t cost =
+        form != nullptr ? full_cost - it->serialized.size() + form->serialized.size() : full_cost;
     if (!batch.empty() && (batch.size() >= limits.max_batch_events ||
                            bytes + cost > limits.max_batch_bytes || !WindowOpen())) {
       break;
@@ -70,8 +73,10 @@ bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame
     if (!it->key.ReachableBy(consumer_, options_.ephemeral) || !options_.filter.Matches(it->key)) {
       continue;
     }
-    if (compact && shapes_sent_.insert(it->shape_ref).second) shapes.push_back(it->shape.get());
-    batch.push_back(compact ? &it->compact : &it->serialized);
+    if (form != nullptr && shapes_sent_.insert(form->shape_ref).second) {
+      shapes.push_back(form->shape.get());
+    }
+    batch.push_back(form != nullptr ? &form->serialized : &it->serialized);
     last = it->id;
     bytes += cost;
     if (options_.ephemeral) continue;
