@@ -9,31 +9,23 @@
 #include <string>
 
 #include "replication/event_id.h"
+#include "server/event_forms.h"
 #include "server/filter.h"
 
 namespace walfeed::server {
 
 using replication::EventId;
 
-// The compact form (SubscribeRequest.event_form) of a row event: the event
-// without its columns' metadata, naming `shape` by `shape_ref`.
-struct CompactForm {
-  std::string serialized;
-  uint32_t shape_ref = 0;
-  // Serialized walfeed.v1.RelationShape, shared by the events of one relation
-  // version.
-  std::shared_ptr<const std::string> shape;
-};
-
 struct BufferedEvent {
   EventId id;
   size_t bytes = 0;        // What the event costs in the buffer.
   std::string serialized;  // walfeed.v1.ChangeEvent, wire format.
   FilterKey key;
-  // For row events converted while a compact session was possible; null
-  // otherwise (and after the spill: such events go out in the full form, which
-  // every client reads). A pointer, so events without it cost 16 bytes, not 56.
-  std::shared_ptr<const CompactForm> compact;
+  // Row events converted while a session wanted another form (compact, typed
+  // values): those forms. Null otherwise, and after the spill (a session then
+  // converts the full form itself: SessionFramer). A pointer, so events
+  // without it cost 16 bytes.
+  std::shared_ptr<const EventForms> forms;
 };
 
 // What `event` costs in memory, roughly: its serialized bytes, the struct, and
@@ -41,7 +33,7 @@ struct BufferedEvent {
 // encoded or read back from the spill, so windows count it the same either way.
 inline size_t BufferedBytes(const BufferedEvent& event) {
   size_t bytes = event.serialized.size() + sizeof(BufferedEvent);
-  if (event.compact) bytes += event.compact->serialized.size() + sizeof(CompactForm);
+  if (event.forms) bytes += event.forms->bytes();
   for (const auto& [schema, table] : event.key.tables) bytes += schema.size() + table.size();
   bytes += event.key.audience.size();
   return bytes;

@@ -117,6 +117,7 @@ void AppendValues(const RelationInfo* relation, const pgoutput::TupleData& tuple
       value->set_type_oid(column->type_oid);
       value->set_type_name(Name(column->type_name));
       value->set_key(column->is_key);
+      if (column->type_modifier != -1) value->set_type_modifier(column->type_modifier);
     }
     SetValue(tuple.columns[i], value);
   }

@@ -30,8 +30,9 @@ namespace walfeed::server {
 //   id, commit_lsn, index, xid, commit_time, op, last_in_transaction and
 //     transaction_event_count for every event;
 //   INSERT/UPDATE/DELETE: schema, table, new_values from new_tuple and old_values
-//     from old_tuple, each value with its column's name, type OID, type name and
-//     key flag. For a key-only old tuple (OldTupleKind::kKey) only the key columns
+//     from old_tuple, each value with its column's name, type OID, type name,
+//     key flag and type modifier (when it has one), and its text (VALUE_FORM_TEXT;
+//     ApplyValueForm in value_forms.h adds the typed forms). For a key-only old tuple (OldTupleKind::kKey) only the key columns
 //     are sent: PostgreSQL fills the others with 'n' placeholders that are not real
 //     NULLs, and sending them would claim the old row had NULLs there.
 //   TRUNCATE: truncate.tables, cascade and restart_identity; schema/table empty.

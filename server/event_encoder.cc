@@ -9,14 +9,13 @@
 
 namespace walfeed::server {
 
-BufferedEvent EventEncoder::Encode(const replication::ChangeEvent& event, bool compact) {
+BufferedEvent EventEncoder::Encode(const replication::ChangeEvent& event, FormMask wanted) {
   BufferedEvent encoded;
   encoded.id = event.id;
-  auto form = compact ? std::make_shared<CompactForm>() : nullptr;
-  if (rows_.WriteBoth(event, &encoded.serialized, &encoded.key,
-                      form ? &form->serialized : nullptr, form ? &form->shape_ref : nullptr,
-                      form ? &form->shape : nullptr)) {
-    encoded.compact = std::move(form);
+  wanted &= static_cast<FormMask>(~1u);  // The full text form is `serialized`.
+  auto forms = wanted != 0 ? std::make_shared<EventForms>() : nullptr;
+  if (rows_.WriteForms(event, wanted, &encoded.serialized, &encoded.key, forms.get())) {
+    encoded.forms = std::move(forms);
   } else {
     google::protobuf::Arena arena(block_.get(), kBlockBytes);
     auto* converted = google::protobuf::Arena::CreateMessage<walfeed::v1::ChangeEvent>(&arena);

@@ -17,8 +17,9 @@ namespace walfeed::server {
 
 class EventEncoder {
  public:
-  // `compact`: a row event also gets its compact form (BufferedEvent::compact).
-  BufferedEvent Encode(const replication::ChangeEvent& event, bool compact = false);
+  // `wanted`: the other forms a row event also gets (BufferedEvent::forms);
+  // the full text form is always made.
+  BufferedEvent Encode(const replication::ChangeEvent& event, FormMask wanted = 0);
 
  private:
   // The converted message lives only until it is serialized: built on an arena

@@ -4,6 +4,7 @@
 
 #include "absl/strings/string_view.h"
 #include "server/event_convert.h"
+#include "server/typed/typed_value.h"
 #include "walfeed/v1/change_stream.pb.h"
 
 namespace walfeed::server {
@@ -85,44 +86,54 @@ struct ValuePart {
     }
   }
 
-  size_t Size() const {
-    size_t size = kind != 0 ? 1 + VarintSize(kind) : 0;
-    if (!data.empty()) size += 1 + VarintSize(data.size()) + data.size();
-    return size;
-  }
-
-  void Append(std::string* out) const {
-    AppendVarintField(5, kind, out);
-    if (data_field != 0) AppendBytesField(data_field, data, out);
-  }
+  size_t KindSize() const { return kind != 0 ? 1 + VarintSize(kind) : 0; }
+  size_t DataSize() const { return data.empty() ? 0 : 1 + VarintSize(data.size()) + data.size(); }
 };
 
-// Field `field` (new_values or old_values): one ColumnValue per value, as
-// AppendValues in event_convert.cc builds them, to `full`; and, when
-// `compact` is set, the same values without fields 1-4 to it (each value is
-// looked at once for both).
-void AppendColumns(uint32_t field, const std::vector<std::string>& prefixes,
-                   const TupleData& tuple, bool keys_only,
-                   const replication::RelationInfo& relation, std::string* full,
-                   std::string* compact) {
+}  // namespace
+
+void RowEventWriter::AppendColumns(uint32_t field, const Relation& relation,
+                                   const TupleData& tuple, bool keys_only,
+                                   const Outputs& outputs, bool typed) {
   for (size_t i = 0; i < tuple.columns.size(); ++i) {
-    const bool described = i < prefixes.size();
-    if (keys_only && (!described || !relation.columns[i].is_key)) continue;
+    const bool described = i < relation.column_prefixes.size();
+    if (keys_only && (!described || !relation.info->columns[i].is_key)) continue;
     const ValuePart value(tuple.columns[i]);
-    const size_t value_size = value.Size();
-    const absl::string_view prefix = described ? absl::string_view(prefixes[i]) : "";
-    full->push_back(Tag(field, kLengthDelimited));
-    AppendVarint(prefix.size() + value_size, full);
-    full->append(prefix.data(), prefix.size());
-    value.Append(full);
-    if (compact == nullptr) continue;
-    compact->push_back(Tag(field, kLengthDelimited));
-    AppendVarint(value_size, compact);
-    value.Append(compact);
+    // The typed form, converted once for every output that carries it.
+    typed::Conversion conversion = typed::Conversion::kNone;
+    if (typed && described && value.kind == walfeed::v1::VALUE_KIND_TEXT &&
+        relation.typed_oids[i] != 0) {
+      conversion = typed::ToTypedValue(relation.typed_oids[i], value.data, &typed_);
+      if (conversion != typed::Conversion::kNone) typed_.SerializeToString(&typed_bytes_);
+    }
+    const absl::string_view prefix = described ? absl::string_view(relation.column_prefixes[i]) : "";
+    const absl::string_view suffix = described ? absl::string_view(relation.column_suffixes[i]) : "";
+    for (int index = 0; index < EventForm::kCount; ++index) {
+      std::string* out = outputs[index];
+      if (out == nullptr) continue;
+      const EventForm form = EventForm::At(index);
+      const bool with_typed = form.values != ValueForm::kText && conversion != typed::Conversion::kNone;
+      // VALUE_FORM_TYPED drops the text only where `typed` carries the value.
+      const bool with_text = !with_typed || form.values == ValueForm::kBoth ||
+                             conversion == typed::Conversion::kOutOfRange;
+      size_t size = value.KindSize() + (with_text ? value.DataSize() : 0);
+      if (with_typed) size += 1 + VarintSize(typed_bytes_.size()) + typed_bytes_.size();
+      if (!form.compact) size += prefix.size() + suffix.size();
+      out->push_back(Tag(field, kLengthDelimited));
+      AppendVarint(size, out);
+      if (!form.compact) out->append(prefix.data(), prefix.size());
+      AppendVarintField(5, value.kind, out);
+      if (with_text && value.data_field != 0) AppendBytesField(value.data_field, value.data, out);
+      if (with_typed) {
+        out->push_back(Tag(8, kLengthDelimited));
+        AppendVarint(typed_bytes_.size(), out);
+        out->append(typed_bytes_);
+      }
+      if (!form.compact) out->append(suffix.data(), suffix.size());
+    }
   }
 }
 
-}  // namespace
 
 const RowEventWriter::Relation& RowEventWriter::Get(
     const std::shared_ptr<const replication::RelationInfo>& info) {
@@ -144,6 +155,14 @@ const RowEventWriter::Relation& RowEventWriter::Get(
     AppendBytesField(3, SanitizeUtf8(column.type_name), &prefix);
     AppendVarintField(4, column.is_key ? 1 : 0, &prefix);
     relation.column_prefixes.push_back(std::move(prefix));
+    std::string suffix;  // Optional, so present even when 0 (timestamp(0)).
+    if (column.type_modifier != -1) {
+      suffix.push_back(Tag(9, kVarint));
+      // int32 on the wire: a negative value is sign-extended to 64 bits.
+      AppendVarint(static_cast<uint64_t>(static_cast<int64_t>(column.type_modifier)), &suffix);
+    }
+    relation.column_suffixes.push_back(std::move(suffix));
+    relation.typed_oids.push_back(typed::TypedOid(column.type_oid, column.type_name));
   }
   relation.ref = next_ref_++;
   walfeed::v1::RelationShape shape;
@@ -156,6 +175,7 @@ const RowEventWriter::Relation& RowEventWriter::Get(
     out->set_type_oid(column.type_oid);
     out->set_type_name(SanitizeUtf8(column.type_name));
     out->set_key(column.is_key);
+    if (column.type_modifier != -1) out->set_type_modifier(column.type_modifier);
   }
   relation.shape = std::make_shared<const std::string>(shape.SerializeAsString());
   return relations_.emplace(info.get(), std::move(relation)).first->second;
@@ -168,69 +188,76 @@ bool RowEventWriter::Covers(const ChangeEvent& event) {
 }
 
 bool RowEventWriter::Write(const ChangeEvent& event, std::string* out, FilterKey* key) {
-  return WriteBoth(event, out, key, nullptr, nullptr, nullptr);
+  return WriteForms(event, 0, out, key, nullptr);
 }
 
-bool RowEventWriter::WriteBoth(const ChangeEvent& event, std::string* full, FilterKey* key,
-                               std::string* compact, uint32_t* ref,
-                               std::shared_ptr<const std::string>* shape) {
+bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::string* full,
+                                FilterKey* key, EventForms* forms) {
   if (!Covers(event)) return false;
   const Relation& relation = Get(event.relation);
-  WriteForms(event, relation, full, compact);
-  key->op = ToProtoOp(event.op);
-  key->tables.clear();
-  key->tables.emplace_back(relation.schema, relation.table);
-  if (compact != nullptr) {
-    *ref = relation.ref;
-    *shape = relation.shape;
+  Outputs outputs{};
+  outputs[0] = full;
+  bool typed = false;
+  bool compact = false;
+  for (int index = 1; index < EventForm::kCount; ++index) {
+    if (forms == nullptr || (wanted & (1u << index)) == 0) continue;
+    outputs[index] = &forms->serialized[index];
+    typed = typed || EventForm::At(index).values != ValueForm::kText;
+    compact = compact || EventForm::At(index).compact;
   }
-  return true;
-}
-
-void RowEventWriter::WriteForms(const ChangeEvent& event, const Relation& relation,
-                                std::string* out, std::string* compact) {
   const walfeed::v1::Operation op = ToProtoOp(event.op);
-  out->clear();
-  AppendBytesField(1, event.id.ToString(), out);
-  AppendVarintField(2, event.id.commit_lsn.value(), out);
-  AppendVarintField(3, event.id.index, out);
-  AppendVarintField(4, event.xid, out);
+  full->clear();
+  AppendBytesField(1, event.id.ToString(), full);
+  AppendVarintField(2, event.id.commit_lsn.value(), full);
+  AppendVarintField(3, event.id.index, full);
+  AppendVarintField(4, event.xid, full);
   {  // commit_time is always set, so present even when both of its fields are 0.
     const UnixTime time = PostgresMicrosToUnix(event.commit_time);
     const uint64_t seconds = static_cast<uint64_t>(time.seconds);  // int64: two's complement.
     const uint64_t nanos = static_cast<uint64_t>(time.nanos);      // Never negative.
     const size_t size = (seconds != 0 ? 1 + VarintSize(seconds) : 0) +
                         (nanos != 0 ? 1 + VarintSize(nanos) : 0);
-    out->push_back(Tag(5, kLengthDelimited));
-    AppendVarint(size, out);
-    AppendVarintField(1, seconds, out);
-    AppendVarintField(2, nanos, out);
+    full->push_back(Tag(5, kLengthDelimited));
+    AppendVarint(size, full);
+    AppendVarintField(1, seconds, full);
+    AppendVarintField(2, nanos, full);
   }
-  AppendVarintField(6, op, out);
-  out->append(relation.schema_table_fields);
-  if (compact != nullptr) *compact = *out;  // Fields 1-8 are the same in both forms.
+  AppendVarintField(6, op, full);
+  full->append(relation.schema_table_fields);
+  // Fields 1-8 are the same in every form.
+  for (int index = 1; index < EventForm::kCount; ++index) {
+    if (outputs[index] != nullptr) *outputs[index] = *full;
+  }
   if (op != walfeed::v1::OPERATION_DELETE) {
-    AppendColumns(9, relation.column_prefixes, event.new_tuple, /*keys_only=*/false,
-                  *relation.info, out, compact);
+    AppendColumns(9, relation, event.new_tuple, /*keys_only=*/false, outputs, typed);
   }
-  std::string tail;  // Fields 11, 14 and 15: the same in both forms too.
+  std::string tail;  // Fields 11, 14 and 15: the same in every form too.
   if (op != walfeed::v1::OPERATION_INSERT && op != walfeed::v1::OPERATION_READ &&
       (event.old_kind == OldTupleKind::kKey || event.old_kind == OldTupleKind::kFull)) {
     const bool keys_only = event.old_kind == OldTupleKind::kKey;
-    AppendColumns(10, relation.column_prefixes, event.old_tuple, keys_only, *relation.info, out,
-                  compact);
+    AppendColumns(10, relation, event.old_tuple, keys_only, outputs, typed);
     AppendVarintField(11, keys_only ? walfeed::v1::OLD_VALUES_KEY : walfeed::v1::OLD_VALUES_FULL,
                       &tail);
   }
   AppendVarintField(14, event.last_in_transaction ? 1 : 0, &tail);
   AppendVarintField(15, event.transaction_event_count, &tail);
-  out->append(tail);
-  if (compact != nullptr) {
-    compact->append(tail);
+  for (int index = 0; index < EventForm::kCount; ++index) {
+    std::string* out = outputs[index];
+    if (out == nullptr) continue;
+    out->append(tail);
+    if (!EventForm::At(index).compact) continue;
     // Field 16: its tag takes two bytes.
-    AppendVarint((16 << 3) | kVarint, compact);
-    AppendVarint(relation.ref, compact);
+    AppendVarint((16 << 3) | kVarint, out);
+    AppendVarint(relation.ref, out);
   }
+  if (compact) {
+    forms->shape_ref = relation.ref;
+    forms->shape = relation.shape;
+  }
+  key->op = ToProtoOp(event.op);
+  key->tables.clear();
+  key->tables.emplace_back(relation.schema, relation.table);
+  return true;
 }
 
 }  // namespace walfeed::server

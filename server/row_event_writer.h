@@ -4,12 +4,14 @@
 // row_event_writer_test.cc compares the two over many random events), but no
 // message is built: no arena, no per-column objects, no size pass over them, no
 // second UTF-8 check by protobuf. Each column's constant part (name, type OID,
-// type name, key flag) is encoded once per relation version and reused.
+// type name, key flag, type modifier) is encoded once per relation version and
+// reused. The other forms (compact, typed values) come out of the same pass.
 //
 // Runs on the reader thread, one writer per stream (in EventEncoder).
 #ifndef WALFEED_SERVER_ROW_EVENT_WRITER_H_
 #define WALFEED_SERVER_ROW_EVENT_WRITER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,7 +20,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "replication/relation_cache.h"
 #include "replication/transaction_assembler.h"
+#include "server/event_forms.h"
 #include "server/filter.h"
+#include "walfeed/v1/change_stream.pb.h"
 
 namespace walfeed::server {
 
@@ -29,12 +33,12 @@ class RowEventWriter {
   // cover: TRUNCATE, MESSAGE, and a row event without a relation (which the
   // assembler never emits); ToProto serializes those.
   bool Write(const replication::ChangeEvent& event, std::string* out, FilterKey* key);
-  // Write's `full` and `key`, and, when `compact` is not null, the same event
-  // in the compact form (walfeed.v1.EventForm): its columns without their
-  // metadata, naming the relation version's shape by `*ref`; `*shape` is that
-  // serialized walfeed.v1.RelationShape. One pass: each value is looked at once.
-  bool WriteBoth(const replication::ChangeEvent& event, std::string* full, FilterKey* key,
-                 std::string* compact, uint32_t* ref, std::shared_ptr<const std::string>* shape);
+  // Write's `full` and `key`, and the same event in every other form in
+  // `wanted` (EventForm: compact, typed values) into `*forms`, with the
+  // compact forms' shape. One pass: each value is looked at, and converted to
+  // its typed form, once for all forms.
+  bool WriteForms(const replication::ChangeEvent& event, FormMask wanted, std::string* full,
+                  FilterKey* key, EventForms* forms);
 
  private:
   // What a relation version contributes to every event of it.
@@ -42,20 +46,28 @@ class RowEventWriter {
     std::shared_ptr<const replication::RelationInfo> info;  // Keeps the key alive.
     std::string schema;                                     // As sent.
     std::string table;
-    std::string schema_table_fields;          // ChangeEvent fields 7 and 8, encoded.
+    std::string schema_table_fields;           // ChangeEvent fields 7 and 8, encoded.
     std::vector<std::string> column_prefixes;  // ColumnValue fields 1-4, encoded.
-    uint32_t ref = 0;                           // Its RelationShape's ref, from 1.
-    std::shared_ptr<const std::string> shape;   // That RelationShape, serialized.
+    std::vector<std::string> column_suffixes;  // ColumnValue field 9, encoded.
+    std::vector<uint32_t> typed_oids;          // typed::TypedOid per column.
+    uint32_t ref = 0;                          // Its RelationShape's ref, from 1.
+    std::shared_ptr<const std::string> shape;  // That RelationShape, serialized.
   };
+  // The outputs of one WriteForms call, by EventForm::index() (null: not
+  // wanted; [0] is the full text form, always written).
+  using Outputs = std::array<std::string*, EventForm::kCount>;
 
   const Relation& Get(const std::shared_ptr<const replication::RelationInfo>& info);
   // Whether `event` is a row event this writer covers.
   static bool Covers(const replication::ChangeEvent& event);
-  // The event's bytes in the full form, and in the compact form (without
-  // column metadata) when `compact` is not null.
-  static void WriteForms(const replication::ChangeEvent& event, const Relation& relation,
-                         std::string* out, std::string* compact);
+  // Field `field` (new_values or old_values) of every output.
+  void AppendColumns(uint32_t field, const Relation& relation,
+                     const replication::pgoutput::TupleData& tuple, bool keys_only,
+                     const Outputs& outputs, bool typed);
 
+  // Reused for each value's typed form.
+  walfeed::v1::TypedValue typed_;
+  std::string typed_bytes_;
   // By RelationInfo address: a relation's new version is a new object, and the
   // entry's shared_ptr keeps the address from being reused while it is cached.
   absl::flat_hash_map<const replication::RelationInfo*, Relation> relations_;

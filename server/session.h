@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "server/event_forms.h"
 #include "server/filter.h"
 #include "server/session_limits.h"
 
@@ -29,8 +30,9 @@ struct SessionOptions {
   // A new durable consumer starts after the newest event held instead of the
   // oldest.
   bool start_latest = false;
-  // EVENT_FORM_COMPACT: row events without column metadata, shapes once.
-  bool compact = false;
+  // EVENT_FORM_COMPACT (row events without column metadata, shapes once) and
+  // the value form.
+  EventForm form;
 };
 
 // The Subscribe reactor, as the stream layer sees it. May be called from any

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "server/events_frame.h"
+#include "server/value_forms.h"
 #include "walfeed/v1/change_stream.pb.h"
 
 namespace walfeed::server {
@@ -50,33 +51,59 @@ bool SessionFramer::Next(const StreamBuffer& buffer, const Context& context, abs
   return true;
 }
 
+const std::string* SessionFramer::FormOf(const BufferedEvent& event,
+                                         std::deque<std::string>* converted,
+                                         const std::string** shape) {
+  const EventForm form = options_.form;
+  if (form.index() == 0) return &event.serialized;
+  const EventForms* forms = event.forms.get();
+  if (forms != nullptr && !forms->serialized[form.index()].empty()) {
+    if (form.compact && shapes_sent_.insert(forms->shape_ref).second) *shape = forms->shape.get();
+    return &forms->serialized[form.index()];
+  }
+  // Converted before any session wanted this form, or read back from the
+  // spill: the full form describes itself, so a compact session reads it as
+  // is; typed values are converted here, for this session alone.
+  const walfeed::v1::Operation op = event.key.op;
+  const bool row = op == walfeed::v1::OPERATION_INSERT || op == walfeed::v1::OPERATION_UPDATE ||
+                   op == walfeed::v1::OPERATION_DELETE || op == walfeed::v1::OPERATION_READ;
+  if (form.values == ValueForm::kText || !row) return &event.serialized;
+  converted->emplace_back();
+  if (!TranscodeFull(event.serialized, form.values, &converted->back())) {
+    converted->pop_back();  // Our own bytes always parse; should they not, send them as they are.
+    return &event.serialized;
+  }
+  return &converted->back();
+}
+
 bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame) {
   if (!WindowOpen()) return false;
   const SessionLimits& limits = options_.limits;
   std::vector<const std::string*> batch;  // Stable: the buffer is locked until composed.
   std::vector<const std::string*> shapes;  // Compact: shapes first needed in this batch.
+  std::deque<std::string> converted;       // Forms made for this batch alone.
   size_t bytes = 0;
   EventId last;
   for (auto it = buffer.After(cursor_); it != buffer.end(); ++it) {
-    const CompactForm* form = options_.compact ? it->compact.get() : nullptr;
+    if (!batch.empty() && (batch.size() >= limits.max_batch_events || !WindowOpen())) break;
+    if (!it->key.ReachableBy(consumer_, options_.ephemeral) || !options_.filter.Matches(it->key)) {
+      cursor_ = it->id;
+      continue;
+    }
+    const std::string* shape = nullptr;
+    const std::string* form = FormOf(*it, &converted, &shape);
     // What the event costs in the form this session gets, as if it were the
-    // only one held (the other form is not sent).
-    const size_t full_cost =
-        it->bytes - (it->compact ? it->compact->serialized.size() + sizeof(CompactForm) : 0);
-    const size_t cost =
-        form != nullptr ? full_cost - it->serialized.size() + form->serialized.size() : full_cost;
-    if (!batch.empty() && (batch.size() >= limits.max_batch_events ||
-                           bytes + cost > limits.max_batch_bytes || !WindowOpen())) {
+    // only one held (the other forms are not sent).
+    const size_t cost = it->bytes - (it->forms ? it->forms->bytes() : 0) -
+                        it->serialized.size() + form->size();
+    if (!batch.empty() && bytes + cost > limits.max_batch_bytes) {
+      // Sent with the next batch: that one must carry its shape.
+      if (shape != nullptr) shapes_sent_.erase(it->forms->shape_ref);
       break;
     }
     cursor_ = it->id;
-    if (!it->key.ReachableBy(consumer_, options_.ephemeral) || !options_.filter.Matches(it->key)) {
-      continue;
-    }
-    if (form != nullptr && shapes_sent_.insert(form->shape_ref).second) {
-      shapes.push_back(form->shape.get());
-    }
-    batch.push_back(form != nullptr ? &form->serialized : &it->serialized);
+    if (shape != nullptr) shapes.push_back(shape);
+    batch.push_back(form);
     last = it->id;
     bytes += cost;
     if (options_.ephemeral) continue;

@@ -77,6 +77,11 @@ class SessionFramer {
                                   unacked_bytes_ < options_.limits.max_unacked_bytes);
   }
   bool ComposeEvents(const StreamBuffer& buffer, std::string* frame);
+  // `event` in this session's form: held in the buffer, or converted into
+  // `converted`. `*shape` is set when the form is compact and the session has
+  // not had the event's RelationShape yet (it counts as sent from now on).
+  const std::string* FormOf(const BufferedEvent& event, std::deque<std::string>* converted,
+                            const std::string** shape);
 
   // Compact form: the RelationShape refs this session was sent.
   absl::flat_hash_set<uint32_t> shapes_sent_;

@@ -214,11 +214,15 @@ void StreamRuntime::WakeAll(const SessionList& sessions) {
 absl::StatusOr<OpenedSession> StreamRuntime::Open(const std::string& consumer,
                                                   std::optional<EventId> start_after,
                                                   SessionOptions options) {
-  if (options.compact && !compact_wanted_.exchange(true)) {
-    // From now on; events converted before go out in the full form.
-    StreamLogger()->info("stream {}: a session asked for compact events: row events are "
-                         "converted in both forms from now on",
-                         name());
+  const FormMask form = MaskOf(options.form);
+  if (options.form.index() != 0 && (forms_wanted_.fetch_or(form) & form) == 0) {
+    // From now on; sessions convert events converted before themselves.
+    StreamLogger()->info("stream {}: a session asked for {} events with {} values: row events "
+                         "are also converted to that form from now on",
+                         name(), options.form.compact ? "compact" : "full",
+                         options.form.values == ValueForm::kText    ? "text"
+                         : options.form.values == ValueForm::kTyped ? "typed"
+                                                                    : "text and typed");
   }
   absl::StatusOr<OpenedSession> opened = registry_.Open(consumer, start_after, std::move(options));
   if (!opened.ok()) return opened;

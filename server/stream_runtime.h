@@ -196,9 +196,10 @@ class StreamRuntime : public replication::StreamSink {
   const std::unique_ptr<spill::SpillLog> spill_;
   std::atomic<bool> spill_failing_{false};  // The last spill write failed (logged once).
   EventEncoder encoder_;  // Reader thread only.
-  // A compact-form session subscribed once: row events get both forms. Never
-  // reset (a compact session may come back after a reconnect).
-  std::atomic<bool> compact_wanted_{false};
+  // The forms (EventForm: compact, typed values) sessions have asked for: row
+  // events are converted to each of them. Never reset (such a session may come
+  // back after a reconnect).
+  std::atomic<FormMask> forms_wanted_{0};
   // Set once the stream is prepared, before the registry is loaded (so any call
   // the registry lets through sees it); owned by the supervisor.
   std::atomic<replication::AckTracker*> tracker_{nullptr};

@@ -67,7 +67,7 @@ void StreamRuntime::OnEvent(replication::ChangeEvent event) {
     if (!appended.ok()) StreamLogger()->error("stream {}: {}", name(), appended.ToString());
     return;
   }
-  absl::Status appended = registry_.Append(encoder_.Encode(event, compact_wanted_.load()));
+  absl::Status appended = registry_.Append(encoder_.Encode(event, forms_wanted_.load()));
   if (!appended.ok()) {
     // The delivery gate makes ids strictly increasing; a repeat reaching the
     // buffer is a bug upstream, and delivering it would break the id contract.
@@ -95,7 +95,7 @@ void StreamRuntime::DeliverChunk(replication::CompletedChunk& chunk) {
       return;
     }
     for (const replication::ChangeEvent& read : reads) {
-      BufferedEvent event = encoder_.Encode(read, compact_wanted_.load());
+      BufferedEvent event = encoder_.Encode(read, forms_wanted_.load());
       event.key.audience = chunk.consumer;
       absl::Status appended = registry_.Append(std::move(event));
       if (!appended.ok()) StreamLogger()->error("stream {}: {}", name(), appended.ToString());

@@ -83,7 +83,7 @@ absl::StatusOr<SessionOptions> SessionOptionsFor(const walfeed::v1::SubscribeReq
     case walfeed::v1::EVENT_FORM_FULL:
       break;
     case walfeed::v1::EVENT_FORM_COMPACT:
-      options.compact = true;
+      options.form.compact = true;
       break;
     default:
       return reason::WithReason(
@@ -91,6 +91,23 @@ absl::StatusOr<SessionOptions> SessionOptionsFor(const walfeed::v1::SubscribeReq
               "event_form: ", request.event_form(),
               " is not an EventForm (EVENT_FORM_FULL or EVENT_FORM_COMPACT)")),
           reason::kInvalidRequest, {{"field", "event_form"}});
+  }
+  switch (request.value_form()) {
+    case walfeed::v1::VALUE_FORM_UNSPECIFIED:
+    case walfeed::v1::VALUE_FORM_TEXT:
+      break;
+    case walfeed::v1::VALUE_FORM_TYPED:
+      options.form.values = ValueForm::kTyped;
+      break;
+    case walfeed::v1::VALUE_FORM_BOTH:
+      options.form.values = ValueForm::kBoth;
+      break;
+    default:
+      return reason::WithReason(
+          absl::InvalidArgumentError(absl::StrCat(
+              "value_form: ", request.value_form(),
+              " is not a ValueForm (VALUE_FORM_TEXT, VALUE_FORM_TYPED or VALUE_FORM_BOTH)")),
+          reason::kInvalidRequest, {{"field", "value_form"}});
   }
   return options;
 }

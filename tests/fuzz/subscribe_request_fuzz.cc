@@ -502,6 +502,11 @@ void CheckSubscribeRequest(const v1::SubscribeRequest& request) {
       request.event_form() != v1::EVENT_FORM_COMPACT) {
     bad_fields.push_back("event_form");
   }
+  if (request.value_form() != v1::VALUE_FORM_UNSPECIFIED &&
+      request.value_form() != v1::VALUE_FORM_TEXT && request.value_form() != v1::VALUE_FORM_TYPED &&
+      request.value_form() != v1::VALUE_FORM_BOTH) {
+    bad_fields.push_back("value_form");
+  }
 
   if (!options.ok()) {
     const absl::Status& status = options.status();
@@ -557,9 +562,14 @@ void CheckSubscribeRequest(const v1::SubscribeRequest& request) {
   if (options->start_latest != (request.start() == v1::START_POSITION_LATEST)) {
     Fail("start_latest is not as requested", "");
   }
-  if (options->compact != (request.event_form() == v1::EVENT_FORM_COMPACT)) {
+  if (options->form.compact != (request.event_form() == v1::EVENT_FORM_COMPACT)) {
     Fail("compact is not as requested", "");
   }
+  const server::ValueForm values = request.value_form() == v1::VALUE_FORM_TYPED ? server::ValueForm::kTyped
+                                   : request.value_form() == v1::VALUE_FORM_BOTH
+                                       ? server::ValueForm::kBoth
+                                       : server::ValueForm::kText;
+  if (options->form.values != values) Fail("value_form is not as requested", "");
 
   std::vector<absl::string_view> others = {request.stream(), request.consumer(),
                                            request.start_after()};

@@ -1,6 +1,7 @@
 #include "server/row_event_writer.h"
 
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -15,7 +16,9 @@
 #include "replication/relation_cache.h"
 #include "replication/transaction_assembler.h"
 #include "server/event_convert.h"
+#include "server/event_forms.h"
 #include "server/filter.h"
+#include "server/value_forms.h"
 #include "walfeed/v1/change_stream.pb.h"
 
 namespace walfeed::server {
@@ -28,6 +31,25 @@ using replication::Lsn;
 using replication::RelationInfo;
 using replication::pgoutput::OldTupleKind;
 using replication::pgoutput::TupleValue;
+
+// Types with a typed form and texts of theirs: values, specials, values
+// beyond the typed form's range, and texts that do not parse.
+struct TypedSample {
+  uint32_t oid;
+  const char* name;
+  const char* texts[3];
+};
+constexpr TypedSample kTypedSamples[] = {
+    {23, "int4", {"42", "-2147483648", "4x"}},
+    {16, "bool", {"t", "f", "maybe"}},
+    {1184, "timestamptz", {"2024-03-10 10:34:56.789+00", "infinity", "10000-01-01 00:00:00+00"}},
+    {1007, "_int4", {"{1,NULL,3}", "{{1,2},{3,4}}", "[0:1]={7,8}"}},
+    {1700, "numeric", {"1.50", "NaN", "1e5"}},
+    {17, "bytea", {"\\x00ff", "\\x", "\\xz"}},
+    {1186, "interval", {"1 year 2 mons -3 days +04:05:06.5", "00:00:00", "P1Y"}},
+    {1115, "_timestamp", {"{\"2024-01-01 00:00:00\",\"20000-01-01 00:00:00\"}", "{}", "{a}"}},
+    {16385, "int8", {"9223372036854775807", "-1", ""}},  // A domain over int8.
+};
 
 // The reference: what the writer must reproduce byte for byte.
 std::string Reference(const ChangeEvent& event) { return ToProto(event).SerializeAsString(); }
@@ -58,15 +80,23 @@ class EventMaker {
     for (size_t i = 0; i < columns; ++i) {
       ColumnInfo column;
       column.name = Bytes(10);
-      column.type_oid = Pick(3) == 0 ? 0 : static_cast<uint32_t>(Pick(1u << 31) + 1);
-      column.type_name = Pick(5) == 0 ? "" : Bytes(8);
+      if (Pick(2) == 0) {  // A type with a typed form, and texts for it below.
+        const auto& typed = kTypedSamples[Pick(std::size(kTypedSamples))];
+        column.type_oid = typed.oid;
+        column.type_name = typed.name;
+      } else {
+        column.type_oid = Pick(3) == 0 ? 0 : static_cast<uint32_t>(Pick(1u << 31) + 1);
+        column.type_name = Pick(5) == 0 ? "" : Bytes(8);
+      }
+      static constexpr int32_t kModifiers[] = {-1, -1, 0, 14, 655366, -5, 2147483647};
+      column.type_modifier = kModifiers[Pick(std::size(kModifiers))];
       column.is_key = Pick(2) == 0;
       relation->columns.push_back(column);
     }
     return relation;
   }
 
-  replication::pgoutput::TupleData Tuple(size_t columns) {
+  replication::pgoutput::TupleData Tuple(const RelationInfo& relation, size_t columns) {
     replication::pgoutput::TupleData tuple;
     for (size_t i = 0; i < columns; ++i) {
       TupleValue value;
@@ -76,6 +106,12 @@ class EventMaker {
                    : kind == 2 ? TupleValue::Kind::kText
                                : TupleValue::Kind::kBinary;
       if (kind >= 2) value.data = Bytes(Pick(10) == 0 ? 300 : 20);
+      for (const auto& typed : kTypedSamples) {  // Mostly texts the type prints.
+        if (kind == 2 && i < relation.columns.size() && relation.columns[i].type_oid == typed.oid &&
+            Pick(4) != 0) {
+          value.data = typed.texts[Pick(std::size(typed.texts))];
+        }
+      }
       tuple.columns.push_back(value);
     }
     return tuple;
@@ -96,12 +132,12 @@ class EventMaker {
     // Usually as many values as columns; sometimes more (the writer must not
     // drop them) or fewer.
     const size_t columns = relation->columns.size() + (Pick(6) == 0 ? Pick(3) : 0);
-    event.new_tuple = Tuple(columns);
+    event.new_tuple = Tuple(*relation, columns);
     const int old_kind = static_cast<int>(Pick(3));
     event.old_kind = old_kind == 0   ? OldTupleKind::kNone
                      : old_kind == 1 ? OldTupleKind::kKey
                                      : OldTupleKind::kFull;
-    if (event.old_kind != OldTupleKind::kNone) event.old_tuple = Tuple(columns);
+    if (event.old_kind != OldTupleKind::kNone) event.old_tuple = Tuple(*relation, columns);
     event.last_in_transaction = Pick(2) == 0;
     event.transaction_event_count =
         event.last_in_transaction ? static_cast<uint32_t>(Pick(5000)) : 0;
@@ -151,15 +187,19 @@ TEST(RowEventWriterTest, ANewVersionOfARelationIsNotServedFromTheCache) {
   second->columns[0].name = "renamed";
   second->columns.push_back(ColumnInfo{"b", 25, -1, false, "text"});
   event = maker.Event(second);
+  event.op = ChangeEvent::Op::kInsert;  // So that the column names are in it.
   ASSERT_TRUE(writer.Write(event, &bytes, &key));
   EXPECT_EQ(bytes, Reference(event));
   EXPECT_NE(bytes.find("renamed"), std::string::npos);
 }
 
-// The compact form is the full form without ColumnValue fields 1-4, naming a
-// shape that holds exactly those fields: resolving each value against the
-// shape (old key values against its key columns) gives the full form back.
-TEST(RowEventWriterTest, TheCompactFormIsTheFullFormWithItsMetadataInTheShape) {
+// Every other form is the reference in that form: the full form with typed
+// values as ApplyValueForm sets them; the compact forms without ColumnValue
+// fields 1-4 and 9, naming a shape that holds exactly those fields, so that
+// resolving each value against the shape (old key values against its key
+// columns) gives the full form back. All forms come out of one pass, and the
+// full text form is the same bytes as alone.
+TEST(RowEventWriterTest, EveryFormIsTheReferenceInThatForm) {
   for (uint32_t seed = 1; seed <= 10; ++seed) {
     EventMaker maker(seed);
     RowEventWriter writer;
@@ -168,41 +208,57 @@ TEST(RowEventWriterTest, TheCompactFormIsTheFullFormWithItsMetadataInTheShape) {
     std::map<uint32_t, std::string> shapes;  // By ref: one shape per relation version.
     for (int i = 0; i < 1000; ++i) {
       const ChangeEvent event = maker.Event(relations[maker.Pick(relations.size())]);
-      std::string both_full, bytes;
+      // Every form, or a random set of them.
+      const FormMask wanted =
+          maker.Pick(2) == 0 ? FormMask{0x3f} : static_cast<FormMask>(maker.Pick(64));
+      std::string full_text;
       FilterKey key;
-      uint32_t ref = 0;
-      std::shared_ptr<const std::string> shape_bytes;
-      ASSERT_TRUE(writer.WriteBoth(event, &both_full, &key, &bytes, &ref, &shape_bytes));
-      ASSERT_NE(ref, 0u);
-      ASSERT_NE(shape_bytes, nullptr);
-      if (!shapes.emplace(ref, *shape_bytes).second) {
-        ASSERT_EQ(shapes[ref], *shape_bytes) << "a ref names one shape";
-      }
-      walfeed::v1::RelationShape shape;
-      ASSERT_TRUE(shape.ParseFromString(*shape_bytes));
-      EXPECT_EQ(shape.ref(), ref);
-
-      walfeed::v1::ChangeEvent full = ToProto(event);
-      walfeed::v1::ChangeEvent stripped = full;
-      for (auto* values : {stripped.mutable_new_values(), stripped.mutable_old_values()}) {
-        for (walfeed::v1::ColumnValue& value : *values) {
-          value.clear_name();
-          value.clear_type_oid();
-          value.clear_type_name();
-          value.clear_key();
-        }
-      }
-      stripped.set_relation_ref(ref);
-      ASSERT_EQ(bytes, stripped.SerializeAsString()) << "seed " << seed << " event " << i;
-      // Both forms in one pass: the full form is the same bytes as alone.
+      EventForms forms;
+      ASSERT_TRUE(writer.WriteForms(event, wanted, &full_text, &key, &forms));
       std::string alone;
       FilterKey alone_key;
       ASSERT_TRUE(writer.Write(event, &alone, &alone_key));
-      ASSERT_EQ(both_full, full.SerializeAsString());
-      ASSERT_EQ(both_full, alone);
+      ASSERT_EQ(full_text, Reference(event));
+      ASSERT_EQ(full_text, alone);
       EXPECT_EQ(key.tables, alone_key.tables);
+      const bool any_compact = (wanted & 0x38) != 0;
+      walfeed::v1::RelationShape shape;
+      if (any_compact) {
+        ASSERT_NE(forms.shape_ref, 0u);
+        ASSERT_NE(forms.shape, nullptr);
+        if (!shapes.emplace(forms.shape_ref, *forms.shape).second) {
+          ASSERT_EQ(shapes[forms.shape_ref], *forms.shape) << "a ref names one shape";
+        }
+        ASSERT_TRUE(shape.ParseFromString(*forms.shape));
+        EXPECT_EQ(shape.ref(), forms.shape_ref);
+      }
+      for (int index = 1; index < EventForm::kCount; ++index) {
+        const EventForm form = EventForm::At(index);
+        if ((wanted & MaskOf(form)) == 0) {
+          EXPECT_TRUE(forms.serialized[index].empty());
+          continue;
+        }
+        walfeed::v1::ChangeEvent expected = ToProto(event);
+        ApplyValueForm(form.values, &expected);
+        if (form.compact) {
+          for (auto* values : {expected.mutable_new_values(), expected.mutable_old_values()}) {
+            for (walfeed::v1::ColumnValue& value : *values) {
+              value.clear_name();
+              value.clear_type_oid();
+              value.clear_type_name();
+              value.clear_key();
+              value.clear_type_modifier();
+            }
+          }
+          expected.set_relation_ref(forms.shape_ref);
+        }
+        ASSERT_EQ(forms.serialized[index], expected.SerializeAsString())
+            << "seed " << seed << " event " << i << " form " << index;
+      }
+      if (!any_compact) continue;
 
       // Resolving against the shape restores the metadata.
+      const walfeed::v1::ChangeEvent full = ToProto(event);
       EXPECT_EQ(shape.schema(), full.schema());
       EXPECT_EQ(shape.table(), full.table());
       std::vector<int> keys;
@@ -215,6 +271,8 @@ TEST(RowEventWriterTest, TheCompactFormIsTheFullFormWithItsMetadataInTheShape) {
         EXPECT_EQ(value.type_oid(), described.type_oid());
         EXPECT_EQ(value.type_name(), described.type_name());
         EXPECT_EQ(value.key(), described.key());
+        EXPECT_EQ(value.has_type_modifier(), described.has_type_modifier());
+        EXPECT_EQ(value.type_modifier(), described.type_modifier());
       };
       for (int c = 0; c < full.new_values_size() && c < shape.columns_size(); ++c) {
         expect_described(full.new_values(c), c);
@@ -229,6 +287,46 @@ TEST(RowEventWriterTest, TheCompactFormIsTheFullFormWithItsMetadataInTheShape) {
       }
     }
   }
+}
+
+// Typed values are really there: the random events above hit each outcome.
+TEST(RowEventWriterTest, TypedFormsCarryTypedValuesAndKeepTextOnlyWhereNeeded) {
+  auto relation = std::make_shared<RelationInfo>();
+  relation->schema = "public";
+  relation->table = "t";
+  relation->columns = {ColumnInfo{"n", 23, -1, true, "int4"},
+                       ColumnInfo{"at", 1184, 3, false, "timestamptz"},
+                       ColumnInfo{"p", 600, -1, false, "point"}};
+  ChangeEvent event;
+  event.op = ChangeEvent::Op::kInsert;
+  event.relation = relation;
+  for (const char* text : {"7", "10000-01-01 00:00:00+00", "(1,2)"}) {
+    TupleValue value;
+    value.kind = TupleValue::Kind::kText;
+    value.data = text;
+    event.new_tuple.columns.push_back(value);
+  }
+  RowEventWriter writer;
+  std::string full;
+  FilterKey key;
+  EventForms forms;
+  ASSERT_TRUE(writer.WriteForms(event, 0x3f, &full, &key, &forms));
+  walfeed::v1::ChangeEvent typed;
+  ASSERT_TRUE(typed.ParseFromString(forms.serialized[EventForm{false, ValueForm::kTyped}.index()]));
+  ASSERT_EQ(typed.new_values_size(), 3);
+  EXPECT_EQ(typed.new_values(0).typed().int_value(), 7);
+  EXPECT_EQ(typed.new_values(0).text(), "");
+  EXPECT_EQ(typed.new_values(1).typed().special_value(), walfeed::v1::SPECIAL_VALUE_OUT_OF_RANGE);
+  EXPECT_EQ(typed.new_values(1).text(), "10000-01-01 00:00:00+00");
+  EXPECT_EQ(typed.new_values(1).type_modifier(), 3);
+  EXPECT_FALSE(typed.new_values(2).has_typed());
+  EXPECT_EQ(typed.new_values(2).text(), "(1,2)");
+  walfeed::v1::ChangeEvent both;
+  ASSERT_TRUE(both.ParseFromString(forms.serialized[EventForm{true, ValueForm::kBoth}.index()]));
+  EXPECT_EQ(both.new_values(0).typed().int_value(), 7);
+  EXPECT_EQ(both.new_values(0).text(), "7");
+  EXPECT_EQ(both.new_values(0).name(), "");
+  EXPECT_NE(both.relation_ref(), 0u);
 }
 
 TEST(RowEventWriterTest, TruncateAndMessageAreLeftToToProto) {

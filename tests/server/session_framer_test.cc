@@ -165,7 +165,7 @@ TEST_F(SessionFramerTest, CompactSessionsGetEachShapeOnceAndFullSessionsNone) {
   relation->columns = {replication::ColumnInfo{"id", 23, -1, true, "int4"},
                        replication::ColumnInfo{"v", 25, -1, false, "text"}};
   EventEncoder encoder;
-  const auto insert = [&](uint32_t index, bool compact) {
+  const auto insert = [&](uint32_t index, FormMask forms) {
     replication::ChangeEvent event;
     event.id = Id(0x100, index);
     event.op = replication::ChangeEvent::Op::kInsert;
@@ -174,13 +174,14 @@ TEST_F(SessionFramerTest, CompactSessionsGetEachShapeOnceAndFullSessionsNone) {
       event.new_tuple.columns.push_back(
           {replication::pgoutput::TupleValue::Kind::kText, std::string(text)});
     }
-    ASSERT_THAT(buffer_.Append(encoder.Encode(event, compact)), IsOk());
+    ASSERT_THAT(buffer_.Append(encoder.Encode(event, forms)), IsOk());
   };
-  insert(0, /*compact=*/false);  // Converted before a compact session subscribed.
-  insert(1, /*compact=*/true);
-  insert(2, /*compact=*/true);
+  const FormMask compact_forms = MaskOf(EventForm{true, ValueForm::kText});
+  insert(0, 0);  // Converted before a compact session subscribed.
+  insert(1, compact_forms);
+  insert(2, compact_forms);
 
-  options_.compact = true;
+  options_.form.compact = true;
   options_.limits.max_batch_events = 2;
   SessionFramer compact(options_, EventId{}, kT0);
   bool sent = false;
@@ -208,7 +209,7 @@ TEST_F(SessionFramerTest, CompactSessionsGetEachShapeOnceAndFullSessionsNone) {
   // The window counts what was sent: the compact events cost less.
   EXPECT_LT(compact.unacked_bytes(), 3 * buffer_.After(EventId{})->bytes);
 
-  options_.compact = false;
+  options_.form.compact = false;
   options_.limits.max_batch_events = 10;
   SessionFramer full(options_, EventId{}, kT0);
   Next(full, kT0, &sent);  // started
@@ -219,6 +220,49 @@ TEST_F(SessionFramerTest, CompactSessionsGetEachShapeOnceAndFullSessionsNone) {
     EXPECT_EQ(event.new_values(1).name(), "v");
   }
   EXPECT_EQ(all.events().relations_size(), 0);
+}
+
+// A typed session gets typed values in every row event: from the buffer when
+// the event was converted to its form, converted for it otherwise. A compact
+// shape held back by the byte limit comes with the batch that sends its event.
+TEST_F(SessionFramerTest, TypedSessionsGetTypedValuesWhateverTheEventWasConvertedTo) {
+  auto relation = std::make_shared<replication::RelationInfo>();
+  relation->schema = "public";
+  relation->table = "t";
+  relation->columns = {replication::ColumnInfo{"id", 23, -1, true, "int4"},
+                       replication::ColumnInfo{"on", 16, -1, false, "bool"}};
+  EventEncoder encoder;
+  const EventForm compact_typed{true, ValueForm::kTyped};
+  for (uint32_t index = 0; index < 3; ++index) {
+    replication::ChangeEvent event;
+    event.id = Id(0x100, index);
+    event.op = replication::ChangeEvent::Op::kInsert;
+    event.relation = relation;
+    for (const char* text : {"7", "t"}) {
+      event.new_tuple.columns.push_back(
+          {replication::pgoutput::TupleValue::Kind::kText, std::string(text)});
+    }
+    // The first event before any typed session, the others for it.
+    ASSERT_THAT(buffer_.Append(encoder.Encode(event, index == 0 ? 0 : MaskOf(compact_typed))),
+                IsOk());
+  }
+  options_.form = compact_typed;
+  options_.limits.max_batch_bytes = 1;  // One event per batch.
+  SessionFramer framer(options_, EventId{}, kT0);
+  bool sent = false;
+  Next(framer, kT0, &sent);  // started
+  for (uint32_t index = 0; index < 3; ++index) {
+    walfeed::v1::SubscribeResponse frame = Next(framer, kT0, &sent);
+    ASSERT_EQ(frame.events().events_size(), 1);
+    const walfeed::v1::ChangeEvent& event = frame.events().events(0);
+    EXPECT_EQ(event.new_values(0).typed().int_value(), 7) << index;
+    EXPECT_TRUE(event.new_values(1).typed().bool_value()) << index;
+    EXPECT_EQ(event.new_values(0).text(), "") << index;
+    // The unconverted event goes out in the full form, the others compact,
+    // and the first compact one brings its shape.
+    EXPECT_EQ(event.relation_ref() != 0, index > 0) << index;
+    EXPECT_EQ(frame.events().relations_size(), index == 1 ? 1 : 0) << index;
+  }
 }
 
 TEST_F(SessionFramerTest, ASessionThatPassedNothingReportsNoPassedPosition) {

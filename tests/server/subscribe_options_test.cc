@@ -24,7 +24,8 @@ TEST(SessionOptionsForTest, ZeroMeansTheServersDefault) {
   EXPECT_EQ(options->limits.progress_interval, absl::Seconds(3));
   EXPECT_FALSE(options->ephemeral);
   EXPECT_FALSE(options->start_latest);
-  EXPECT_FALSE(options->compact);
+  EXPECT_FALSE(options->form.compact);
+  EXPECT_EQ(options->form.values, ValueForm::kText);
 }
 
 TEST(SessionOptionsForTest, ValuesInRangeAreTakenAndBatchBytesAreCapped) {
@@ -37,6 +38,7 @@ TEST(SessionOptionsForTest, ValuesInRangeAreTakenAndBatchBytesAreCapped) {
   request.set_ephemeral(true);
   request.set_start(walfeed::v1::START_POSITION_LATEST);
   request.set_event_form(walfeed::v1::EVENT_FORM_COMPACT);
+  request.set_value_form(walfeed::v1::VALUE_FORM_BOTH);
   absl::StatusOr<SessionOptions> options = SessionOptionsFor(request, {});
   ASSERT_THAT(options.status(), IsOk());
   EXPECT_EQ(options->limits.max_batch_events, 100000u);
@@ -46,7 +48,8 @@ TEST(SessionOptionsForTest, ValuesInRangeAreTakenAndBatchBytesAreCapped) {
   EXPECT_EQ(options->limits.progress_interval, absl::Milliseconds(10));
   EXPECT_TRUE(options->ephemeral);
   EXPECT_TRUE(options->start_latest);
-  EXPECT_TRUE(options->compact);
+  EXPECT_TRUE(options->form.compact);
+  EXPECT_EQ(options->form.values, ValueForm::kBoth);
 }
 
 TEST(SessionOptionsForTest, OutOfRangeValuesNameTheFieldAndTheRange) {
@@ -65,6 +68,8 @@ TEST(SessionOptionsForTest, OutOfRangeValuesNameTheFieldAndTheRange) {
        "start: 9 is not a StartPosition"},
       {[](auto& r) { r.set_event_form(static_cast<walfeed::v1::EventForm>(5)); },
        "event_form: 5 is not an EventForm"},
+      {[](auto& r) { r.set_value_form(static_cast<walfeed::v1::ValueForm>(4)); },
+       "value_form: 4 is not a ValueForm"},
       {[](auto& r) { r.add_tables("no_dot"); }, "tables[0]"},
   };
   for (const Case& c : cases) {
