@@ -302,6 +302,7 @@ SessionEnd Session::Run(const std::string& start_after) {
   request.set_ephemeral(options_.ephemeral);
   request.set_start(options_.start);
   request.set_event_form(options_.event_form);
+  request.set_value_form(options_.value_form);
   for (const std::string& table : options_.tables) request.add_tables(table);
   for (walfeed::v1::Operation op : options_.operations) request.add_operations(op);
   request.set_max_batch_events(options_.max_batch_events);

@@ -101,7 +101,8 @@ bool ParseFloat(absl::string_view text, double* out) {
   } else {
     const char* end = text.data() + text.size();
     const auto [ptr, error] = std::from_chars(text.data(), end, *out);
-    return error == std::errc() && ptr == end;
+    // float8out spells the specials out (above): "inf" or "nan" is not its text.
+    return error == std::errc() && ptr == end && std::isfinite(*out);
   }
   return true;
 }

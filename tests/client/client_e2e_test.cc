@@ -534,6 +534,7 @@ TEST_F(ClientE2eTest, CompactEventsResolvedAgainstTheirShapesEqualTheFullForm) {
           value->set_type_oid(described.type_oid());
           value->set_type_name(described.type_name());
           value->set_key(described.key());
+          if (described.has_type_modifier()) value->set_type_modifier(described.type_modifier());
         };
         for (int c = 0; c < event.new_values_size(); ++c) describe(event.mutable_new_values(c), c);
         const bool keys_only = event.old_values_kind() == walfeed::v1::OLD_VALUES_KEY;

@@ -208,6 +208,10 @@ struct SubscriberOptions {
   // Batch::shape gives instead (fewer bytes to receive and parse). Default:
   // every column carries its name and type.
   walfeed::v1::EventForm event_form = walfeed::v1::EVENT_FORM_UNSPECIFIED;
+  // VALUE_FORM_TYPED or _BOTH: column values also (or only) as
+  // ColumnValue::typed, their type's native form (integers, doubles,
+  // timestamps, bytes, arrays...). Default: PostgreSQL's text only.
+  walfeed::v1::ValueForm value_form = walfeed::v1::VALUE_FORM_UNSPECIFIED;
 
   // 0 for each: the server's default (256 events, 1 MiB per batch; a window of
   // 10,000 events or 64 MiB unacked; progress every 5 s).
