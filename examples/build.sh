@@ -41,10 +41,10 @@ mkdir -p "$out/bin"
 
 # Python: messages (_pb2) and stubs (_pb2_grpc) from the system protoc, and the
 # google.rpc messages (Debian's python3-grpcio has no grpc_status module).
+# The walfeed package (client/python) with them, which the consumers use.
 rm -rf "$out/python"
 mkdir -p "$out/python/gen"
-protoc -I "$root/proto" --python_out="$out/python/gen" --grpc_python_out="$out/python/gen" \
-  --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin "$proto"
+bash "$root/client/python/build.sh" "$out/python/gen"
 protoc -I "$root/proto" --python_out="$out/python/gen" "${rpc_protos[@]}"
 /usr/bin/python3 -c 'import grpc, google.protobuf, psycopg2' 2>/dev/null || {
   echo "examples/build.sh: /usr/bin/python3 lacks grpc, protobuf or psycopg2: run deploy/install-deps.sh" >&2
@@ -81,7 +81,7 @@ cat >"$out/bin/python-consumer" <<EOF
 #!/bin/sh
 PYTHONPATH="$out/python/gen\${PYTHONPATH:+:\$PYTHONPATH}" exec /usr/bin/python3 "$root/examples/python/consumer.py" "\$@"
 EOF
-# effect_once.py imports watermark.py from its own directory (sys.path[0]).
+# effect_once.py imports retry_policy.py from its own directory (sys.path[0]).
 cat >"$out/bin/python-effect-once" <<EOF
 #!/bin/sh
 PYTHONPATH="$out/python/gen\${PYTHONPATH:+:\$PYTHONPATH}" exec /usr/bin/python3 "$root/examples/python/effect_once.py" "\$@"

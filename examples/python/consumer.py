@@ -1,26 +1,21 @@
-#!/usr/bin/python3
 """A walfeed consumer: appends every change event to a file, then acks it.
 
-    PYTHONPATH=<stubs> /usr/bin/python3 consumer.py --server HOST:PORT \
+    PYTHONPATH=<walfeed package> /usr/bin/python3 consumer.py --server HOST:PORT \
         --stream S --consumer C --out FILE [--ack-every N]
 
+Built on the walfeed package (client/python), which runs the loop: subscribe,
+reconnect with backoff on what the API documents as retryable, ack by policy.
 Each event becomes one line "<id>\\t<canonical JSON>" (examples/README.md defines
 the JSON). A batch is written and fsynced before it is acked, so a crash can only
 repeat events, never lose them: the server resumes after the last durable ack.
-The stubs come from protoc + grpc_python_plugin (see examples/build.sh); the
-retry policy, read from the error details walfeed attaches, is retry_policy.py.
 """
 import argparse
 import json
 import os
 import sys
-import time
 
-import grpc
+import walfeed
 from walfeed.v1 import change_stream_pb2 as pb
-from walfeed.v1 import change_stream_pb2_grpc as pb_grpc
-
-from retry_policy import DRAIN_SECONDS, Failure, retry_or_exit
 
 
 def canonical(event):
@@ -45,57 +40,8 @@ def open_output(path):
     return open(path, "a", encoding="utf-8")
 
 
-def consume(stub, args, out, on_started):
-    """One subscription, until the server ends it (grpc.RpcError)."""
-    # wait_for_ready: while the server is unreachable, the call waits for the
-    # channel to reconnect instead of failing at once.
-    call = stub.Subscribe(pb.SubscribeRequest(stream=args.stream, consumer=args.consumer),
-                          wait_for_ready=True)
-    # ack_to: the newest id this process may ack (the last event written, or a
-    # position the server passed: events our filters left out); acked: the last one acked.
-    session, ack_to, acked, pending = None, None, None, 0
-    refused, give_up_at = None, 0.0  # An Ack refused with ABORTED: see DRAIN_SECONDS.
-    try:
-        for response in call:
-            if refused:  # Dropped, never written: the stream's status decides.
-                if time.monotonic() > give_up_at:
-                    raise refused
-                continue
-            frame = response.WhichOneof("frame")
-            if frame == "started":  # Always first: names the session acks go to.
-                session = response.started.session_id
-                print(f"started session={session} checkpoint={response.started.checkpoint}",
-                      file=sys.stderr, flush=True)
-                on_started()
-                continue
-            if frame == "events":
-                for event in response.events.events:
-                    out.write(f"{event.id}\t{canonical(event)}\n")
-                out.flush()
-                os.fsync(out.fileno())  # Durable first ...
-                ack_to = response.events.passed or response.events.events[-1].id
-                pending += 1
-            elif frame == "progress" and response.progress.passed not in ("", acked):
-                # Idle, and everything written: what the server passed since (events a
-                # filter left out) is ackable too, so the checkpoint keeps up.
-                ack_to = response.progress.passed
-                pending += 1
-            # ... then ack, cumulatively: every --ack-every batches, and when idle.
-            if pending and (pending >= args.ack_every or frame == "progress"):
-                try:
-                    stub.Ack(pb.AckRequest(stream=args.stream, consumer=args.consumer,
-                                           session_id=session, event_id=ack_to))
-                except grpc.RpcError as error:
-                    if error.code() != grpc.StatusCode.ABORTED:
-                        raise  # Decides by itself (e.g. a retryable checkpoint write).
-                    refused, give_up_at = error, time.monotonic() + DRAIN_SECONDS
-                    continue
-                print(f"acked {ack_to}", file=sys.stderr, flush=True)
-                acked, pending = ack_to, 0
-        if refused:
-            raise refused
-    finally:
-        call.cancel()  # Ends the subscription if an Ack failed; harmless otherwise.
+def log(line):
+    print(line, file=sys.stderr, flush=True)
 
 
 def main():
@@ -106,28 +52,29 @@ def main():
     parser.add_argument("--out", required=True, help="file the events are appended to")
     parser.add_argument("--ack-every", type=int, default=1, help="ack every N batches")
     args = parser.parse_args()
-
-    # Reconnect at most 5 s after the server is back (gRPC's default grows to 120 s).
-    # No receive limit: gRPC's 4 MiB default would fail on a large row's event forever.
-    channel = grpc.insecure_channel(args.server, options=[("grpc.max_reconnect_backoff_ms", 5000),
-                                                          ("grpc.max_receive_message_length", -1)])
-    stub = pb_grpc.ChangeStreamStub(channel)
     out = open_output(args.out)
-    attempt = 0
-    def live():
-        nonlocal attempt
-        attempt = 0
-    while True:
-        try:
-            consume(stub, args, out, on_started=live)
-            failure = Failure("UNAVAILABLE", "the stream ended")  # Never expected.
-        except grpc.RpcError as error:
-            failure = Failure.of(error)
-        # Exits unless a retry can help. The next Subscribe resumes after the
-        # server's durable checkpoint.
-        delay = retry_or_exit(failure, attempt)
-        attempt += 1
-        time.sleep(delay)
+
+    def write(batch):
+        for change in batch:
+            out.write(f"{change.id}\t{canonical(change.event)}\n")
+        out.flush()
+        os.fsync(out.fileno())  # Durable first; the subscriber acks after this returns.
+
+    # The example's lines are PostgreSQL's text in the full form, byte for byte
+    # the same in every language; a new consumer would take the defaults
+    # (typed values as Python values, compact events) and read change.row.
+    subscriber = walfeed.Subscriber(
+        args.server, args.stream, args.consumer, value_form="text", compact=False,
+        ack=walfeed.AckPolicy.every_batches(args.ack_every),
+        on_started=lambda session, checkpoint: log(
+            f"started session={session} checkpoint={checkpoint}"),
+        on_acked=lambda event_id: log(f"acked {event_id}"),
+        on_retry=lambda failure, delay: log(
+            f"retry in {delay * 1000:.0f}ms: {failure.reason or failure.code}: {failure.message}"))
+    try:
+        subscriber.run(write)
+    except walfeed.WalfeedError as error:
+        sys.exit(f"walfeed consumer: {error}")
 
 
 if __name__ == "__main__":

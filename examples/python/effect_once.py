@@ -26,7 +26,7 @@ from walfeed.v1 import change_stream_pb2 as pb
 from walfeed.v1 import change_stream_pb2_grpc as pb_grpc
 
 from retry_policy import DRAIN_SECONDS, Failure, retry_or_exit
-from watermark import Watermark
+from walfeed.watermark import Watermark
 
 CREATE_EFFECTS = """CREATE TABLE IF NOT EXISTS applied_effects (
   event_id   text NOT NULL,   -- deliberately not unique

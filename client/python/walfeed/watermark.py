@@ -1,4 +1,4 @@
-"""A transactional watermark: exactly-once effects in PostgreSQL on top of
+"""Watermark: exactly-once effects in PostgreSQL on top of
 walfeed's at-least-once delivery (the Python twin of walfeed::PgWatermark,
 client/include/walfeed/pg_watermark.h; same table, so the two can share it).
 
