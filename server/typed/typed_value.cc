@@ -107,6 +107,18 @@ bool ParseFloat(absl::string_view text, double* out) {
   return true;
 }
 
+// int8out and its kin: an optional '-', then digits without leading zeros.
+// (absl::SimpleAtoi alone would also take "+1", " 1" or "1\n".)
+bool IsIntegerText(absl::string_view text) {
+  const bool negative = !text.empty() && text.front() == '-';
+  if (negative) text.remove_prefix(1);
+  if (text.empty() || (text.front() == '0' && (text.size() > 1 || negative))) return false;
+  for (char c : text) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
 // numeric_out: an optional '-', digits, optionally '.' and digits; or a special.
 bool IsNumericText(absl::string_view text) {
   if (text == "NaN" || text == "Infinity" || text == "-Infinity") return true;
@@ -224,10 +236,7 @@ Conversion Scalar(Kind kind, absl::string_view text, TypedValue* out) {
   switch (kind) {
     case Kind::kInt: {
       int64_t value = 0;
-      if (!absl::SimpleAtoi(text, &value) || text.empty() || text.front() == '+' ||
-          absl::ascii_isspace(static_cast<unsigned char>(text.front()))) {
-        return Conversion::kNone;
-      }
+      if (!IsIntegerText(text) || !absl::SimpleAtoi(text, &value)) return Conversion::kNone;
       out->set_int_value(value);
       return Conversion::kValue;
     }

@@ -29,7 +29,8 @@ enum class Conversion {
 };
 
 // Converts `text`, a value of type `typed_oid` (from TypedOid), into `*out`.
-// `*out` is unspecified after kNone.
+// `text` must be valid UTF-8 (the caller sends other text raw, untyped): the
+// string forms carry it unchanged. `*out` is unspecified after kNone.
 Conversion ToTypedValue(uint32_t typed_oid, absl::string_view text,
                         walfeed::v1::TypedValue* out);
 

@@ -1,7 +1,9 @@
 // libFuzzer target for typed::ToTypedValue (server/typed), which parses column
 // text that comes from the network.
 //
-// Input layout: a type OID in decimal, '\n', then the value's text. Properties
+// Input layout: a type OID in decimal, '\n', then the value's text, which must
+// be UTF-8 as ToTypedValue requires (other text is sent raw, never typed).
+// Properties
 // checked (abort on failure):
 //  * the same input converts the same way twice;
 //  * an integer's text is the integer printed; a numeric's, text's or json's
@@ -16,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/stubs/common.h"
 #include "server/typed/typed_value.h"
 #include "walfeed/v1/change_stream.pb.h"
 
@@ -39,6 +42,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint32_t oid = 0;
   if (!absl::SimpleAtoi(input.substr(0, newline), &oid)) return 0;
   const absl::string_view text = input.substr(newline + 1);
+  if (!google::protobuf::internal::IsStructurallyValidUTF8(text.data(),
+                                                           static_cast<int>(text.size()))) {
+    return 0;
+  }
 
   TypedValue first;
   TypedValue second;

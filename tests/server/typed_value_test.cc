@@ -38,6 +38,8 @@ TEST(TypedValueTest, Integers) {
   EXPECT_TRUE(NotTyped(23, "+1"));
   EXPECT_TRUE(NotTyped(23, " 1"));
   EXPECT_TRUE(NotTyped(23, "1.0"));
+  for (const char* bad : {"1\n", "007", "-0", "-", "0x10"}) EXPECT_TRUE(NotTyped(23, bad)) << bad;
+  EXPECT_EQ(Typed(23, "0").int_value(), 0);
 }
 
 TEST(TypedValueTest, FloatsIncludingTheirSpecialsAndNegativeZero) {
