@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes the example consumers runnable: generates the Python and Go stubs from
 # proto/ (for Python also the google.rpc error details, proto/google/rpc), builds
-# the Go consumer, installs the Node modules, and writes one launcher per
+# the Go consumer, installs the Node package's modules, and writes one launcher per
 # language with the same command line:
 #
 #   bash examples/build.sh OUT
@@ -11,7 +11,7 @@
 #       --dest-dsn DSN [--crash-after-commit N]   (exactly-once effects in PostgreSQL)
 #
 # Generated code goes to OUT only (it is never committed); the Node modules go to
-# examples/node/node_modules (npm ci, from the committed package-lock.json), and
+# client/node/node_modules (npm ci, from the committed package-lock.json), and
 # are reinstalled only when the lock file changed. The CMake target
 # walfeed_example_clients runs this into <build>/examples.
 #
@@ -65,16 +65,17 @@ if [ -z "${HOME:-}" ] && [ -z "${GOCACHE:-}" ]; then export GOCACHE="$gopath/cac
 GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" \
   go build -o "$out/bin/go-consumer" walfeed/examples/go
 
-# Node: the .proto is loaded at run time; only the modules are installed. flock:
-# two build directories share examples/node/node_modules.
+# Node: the consumer runs on the walfeed package (client/node), which loads the
+# .proto at run time; only its modules are installed. flock: two build
+# directories share client/node/node_modules.
 (
-  cd "$root/examples/node"
+  cd "$root/client/node"
   flock 9
   if ! cmp -s package-lock.json node_modules/.walfeed-installed-lock 2>/dev/null; then
     npm ci --no-audit --no-fund --loglevel=error
     cp package-lock.json node_modules/.walfeed-installed-lock
   fi
-) 9<"$root/examples/node/package.json"
+) 9<"$root/client/node/package.json"
 
 # Launchers: the same command line for every language.
 cat >"$out/bin/python-consumer" <<EOF
