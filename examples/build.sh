@@ -61,6 +61,9 @@ rm -rf "$gopath/src" "$gopath/bin"
 mkdir -p "$gopath/src/walfeed/examples/go"
 protoc -I "$root/proto" --go_out="$gopath/src" --go-grpc_out="$gopath/src" "$proto"
 cp "$root/examples/go/main.go" "$gopath/src/walfeed/examples/go/"
+# The walfeed Go package (client/go/walfeed), which the consumer uses.
+mkdir -p "$gopath/src/walfeed/client/go/walfeed"
+cp "$root"/client/go/walfeed/*.go "$gopath/src/walfeed/client/go/walfeed/"
 if [ -z "${HOME:-}" ] && [ -z "${GOCACHE:-}" ]; then export GOCACHE="$gopath/cache"; fi
 GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" \
   go build -o "$out/bin/go-consumer" walfeed/examples/go
