@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Makes the example consumers runnable: generates the Python and Go stubs from
-# proto/ (for Python also the google.rpc error details, proto/google/rpc), builds
+# Makes the example consumers runnable: assembles the Python package with its
+# stubs (client/python/build.sh) and generates the Go stubs from proto/, builds
 # the Go consumer, installs the Node package's modules, and writes one launcher per
 # language with the same command line:
 #
@@ -27,9 +27,6 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$1"
 out="$(cd "$1" && pwd)"
 proto=walfeed/v1/change_stream.proto
-# The standard error details every walfeed error carries (google.rpc.Status,
-# ErrorInfo, RetryInfo).
-rpc_protos=(google/rpc/status.proto google/rpc/error_details.proto)
 for tool in protoc /usr/bin/grpc_python_plugin /usr/bin/python3 go protoc-gen-go \
     protoc-gen-go-grpc node npm; do
   if ! command -v "$tool" >/dev/null; then
@@ -39,13 +36,12 @@ for tool in protoc /usr/bin/grpc_python_plugin /usr/bin/python3 go protoc-gen-go
 done
 mkdir -p "$out/bin"
 
-# Python: messages (_pb2) and stubs (_pb2_grpc) from the system protoc, and the
-# google.rpc messages (Debian's python3-grpcio has no grpc_status module).
-# The walfeed package (client/python) with them, which the consumers use.
+# Python: the walfeed package (client/python) with its messages (_pb2) and
+# stubs (_pb2_grpc) from the system protoc; it reads the google.rpc error
+# details itself (Debian's python3-grpcio has no grpc_status module).
 rm -rf "$out/python"
 mkdir -p "$out/python/gen"
 bash "$root/client/python/build.sh" "$out/python/gen"
-protoc -I "$root/proto" --python_out="$out/python/gen" "${rpc_protos[@]}"
 /usr/bin/python3 -c 'import grpc, google.protobuf, psycopg2' 2>/dev/null || {
   echo "examples/build.sh: /usr/bin/python3 lacks grpc, protobuf or psycopg2: run deploy/install-deps.sh" >&2
   exit 1
@@ -85,7 +81,6 @@ cat >"$out/bin/python-consumer" <<EOF
 #!/bin/sh
 PYTHONPATH="$out/python/gen\${PYTHONPATH:+:\$PYTHONPATH}" exec /usr/bin/python3 "$root/examples/python/consumer.py" "\$@"
 EOF
-# effect_once.py imports retry_policy.py from its own directory (sys.path[0]).
 cat >"$out/bin/python-effect-once" <<EOF
 #!/bin/sh
 PYTHONPATH="$out/python/gen\${PYTHONPATH:+:\$PYTHONPATH}" exec /usr/bin/python3 "$root/examples/python/effect_once.py" "\$@"

@@ -106,13 +106,16 @@ void RowEventWriter::AppendColumns(uint32_t field, const Relation& relation,
       conversion = typed::ToTypedValue(relation.typed_oids[i], value.data, &typed_);
       if (conversion != typed::Conversion::kNone) typed_.SerializeToString(&typed_bytes_);
     }
-    const absl::string_view prefix = described ? absl::string_view(relation.column_prefixes[i]) : "";
-    const absl::string_view suffix = described ? absl::string_view(relation.column_suffixes[i]) : "";
+    const absl::string_view prefix =
+        described ? absl::string_view(relation.column_prefixes[i]) : "";
+    const absl::string_view suffix =
+        described ? absl::string_view(relation.column_suffixes[i]) : "";
     for (int index = 0; index < EventForm::kCount; ++index) {
       std::string* out = outputs[index];
       if (out == nullptr) continue;
       const EventForm form = EventForm::At(index);
-      const bool with_typed = form.values != ValueForm::kText && conversion != typed::Conversion::kNone;
+      const bool with_typed =
+          form.values != ValueForm::kText && conversion != typed::Conversion::kNone;
       // VALUE_FORM_TYPED drops the text only where `typed` carries the value.
       const bool with_text = !with_typed || form.values == ValueForm::kBoth ||
                              conversion == typed::Conversion::kOutOfRange;

@@ -1,14 +1,14 @@
 #!/usr/bin/python3
 """A walfeed consumer whose effects land in PostgreSQL exactly once.
 
-    PYTHONPATH=<stubs>:examples/python /usr/bin/python3 effect_once.py \
+    PYTHONPATH=<walfeed package> /usr/bin/python3 effect_once.py \
         --server HOST:PORT --stream S --consumer C --dest-dsn DSN [--crash-after-commit N]
 
 Each event becomes one row of applied_effects in the destination database
 (DSN). Per batch: one destination transaction applies the new events and moves
-the transactional watermark (watermark.py), COMMIT, and only then the batch's
-last id is acked to walfeed. A (re)start subscribes with start_after = the
-stored watermark. applied_effects has no unique constraint on purpose: an event
+the transactional watermark (walfeed.watermark), COMMIT, and only then the
+batch's last id is acked to walfeed. Every Subscribe starts after the stored
+watermark. applied_effects has no unique constraint on purpose: an event
 applied twice would show as two rows.
 
 --crash-after-commit N ends the process with os._exit(137) right after the N-th
@@ -18,14 +18,9 @@ the destination already has (tests/clients/client_interop_test.cc uses it).
 import argparse
 import os
 import sys
-import time
 
-import grpc
 import psycopg2
-from walfeed.v1 import change_stream_pb2 as pb
-from walfeed.v1 import change_stream_pb2_grpc as pb_grpc
-
-from retry_policy import DRAIN_SECONDS, Failure, retry_or_exit
+import walfeed
 from walfeed.watermark import Watermark
 
 CREATE_EFFECTS = """CREATE TABLE IF NOT EXISTS applied_effects (
@@ -47,58 +42,6 @@ def log(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def consume(stub, args, dest, wm, on_started):
-    """One subscription, until the server ends it (grpc.RpcError)."""
-    start_after = wm.resume()  # Everything up to here is in the destination already.
-    call = stub.Subscribe(pb.SubscribeRequest(stream=args.stream, consumer=args.consumer,
-                                              start_after=start_after),
-                          wait_for_ready=True)
-    session = None
-    refused, give_up_at = None, 0.0  # An Ack refused with ABORTED, as in consumer.py.
-    try:
-        for response in call:
-            if refused:  # Dropped, never applied: the stream's status decides.
-                if time.monotonic() > give_up_at:
-                    raise refused
-                continue
-            frame = response.WhichOneof("frame")
-            if frame == "started":
-                session = response.started.session_id
-                log(f"started session={session} checkpoint={response.started.checkpoint} "
-                    f"start_after={start_after}")
-                on_started()
-                continue
-            if frame != "events":
-                continue
-            events = response.events.events
-            try:
-                with dest.cursor() as cur:  # psycopg2 BEGINs implicitly.
-                    applied, skipped = wm.apply(cur, events, effect)
-                dest.commit()  # Effects and watermark together, or neither.
-            except Exception:
-                dest.rollback()
-                raise
-            args.commits += 1
-            log(f"committed {events[-1].id} applied={applied} skipped={skipped}")
-            if args.commits == args.crash_after_commit:
-                log(f"crashing after commit {args.commits}, before its ack")
-                os._exit(137)  # No cleanup, no ack: like a SIGKILL right here.
-            # Only after the destination commit: a cumulative ack.
-            try:
-                stub.Ack(pb.AckRequest(stream=args.stream, consumer=args.consumer,
-                                       session_id=session, event_id=events[-1].id))
-            except grpc.RpcError as error:
-                if error.code() != grpc.StatusCode.ABORTED:
-                    raise
-                refused, give_up_at = error, time.monotonic() + DRAIN_SECONDS
-                continue
-            log(f"acked {events[-1].id}")
-        if refused:
-            raise refused
-    finally:
-        call.cancel()
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", required=True, help="HOST:PORT (plaintext)")
@@ -108,32 +51,45 @@ def main():
     parser.add_argument("--crash-after-commit", type=int, default=0, metavar="N",
                         help="os._exit(137) after the N-th destination commit, before its ack")
     args = parser.parse_args()
-    args.commits = 0
 
     dest = psycopg2.connect(args.dest_dsn)
     with dest.cursor() as cur:
         cur.execute(CREATE_EFFECTS)
     dest.commit()
     wm = Watermark(dest, stream=args.stream, consumer=args.consumer)
+    commits = 0
 
-    # As in consumer.py: 5 s reconnect backoff cap, no receive limit (a row's event
-    # can exceed gRPC's 4 MiB default, which would fail on it forever).
-    channel = grpc.insecure_channel(args.server, options=[("grpc.max_reconnect_backoff_ms", 5000),
-                                                          ("grpc.max_receive_message_length", -1)])
-    stub = pb_grpc.ChangeStreamStub(channel)
-    attempt = 0
-    def live():
-        nonlocal attempt
-        attempt = 0
-    while True:  # consumer.py's retry loop (retry_policy.py).
+    def apply(batch):
+        nonlocal commits
+        events = [change.event for change in batch]
         try:
-            consume(stub, args, dest, wm, on_started=live)
-            failure = Failure("UNAVAILABLE", "the stream ended")  # Never expected.
-        except grpc.RpcError as error:
-            failure = Failure.of(error)
-        delay = retry_or_exit(failure, attempt)
-        attempt += 1
-        time.sleep(delay)
+            with dest.cursor() as cur:  # psycopg2 BEGINs implicitly.
+                applied, skipped = wm.apply(cur, events, effect)
+            dest.commit()  # Effects and watermark together, or neither.
+        except Exception:
+            dest.rollback()
+            raise
+        commits += 1
+        log(f"committed {events[-1].id} applied={applied} skipped={skipped}")
+        if commits == args.crash_after_commit:
+            log(f"crashing after commit {commits}, before its ack")
+            os._exit(137)  # No cleanup, no ack: like a SIGKILL right here.
+        # Returning lets the subscriber ack the batch: only after the COMMIT.
+
+    # Every Subscribe starts after what the destination already has.
+    subscriber = walfeed.Subscriber(
+        args.server, args.stream, args.consumer, value_form="text", compact=False,
+        ack=walfeed.AckPolicy.every_batches(1), start_after=wm.resume,
+        on_started=lambda session, checkpoint: log(
+            f"started session={session} checkpoint={checkpoint} "
+            f"start_after={subscriber.last_start_after}"),
+        on_acked=lambda event_id: log(f"acked {event_id}"),
+        on_retry=lambda failure, delay: log(
+            f"retry in {delay * 1000:.0f}ms: {failure.reason or failure.code}: {failure.message}"))
+    try:
+        subscriber.run(apply)
+    except walfeed.WalfeedError as error:
+        sys.exit(f"walfeed consumer: {error}")
 
 
 if __name__ == "__main__":

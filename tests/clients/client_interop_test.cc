@@ -27,7 +27,7 @@
 //     and the three languages print the same retry and give-up lines;
 //   - an event larger than gRPC's default 4 MiB receive limit (a 5 MB value)
 //     reaches the file as the reference's line, and the consumer acks past it.
-// And for Python's transactional watermark (examples/python/watermark.py, run by
+// And for Python's transactional watermark (client/python/walfeed/watermark.py, run by
 // effect_once.py): a consumer killed between its destination COMMIT and its ack
 // applies every event exactly once across the restart.
 //
@@ -998,9 +998,10 @@ INSTANTIATE_TEST_SUITE_P(Languages, ClientInteropTest,
                            return info.param;
                          });
 
-// examples/python/effect_once.py + watermark.py, Python only: effects in a second
-// database of the same cluster, each event's effect exactly once although the
-// consumer dies between its destination COMMIT and its ack.
+// examples/python/effect_once.py + client/python/walfeed/watermark.py, Python
+// only: effects in a second database of the same cluster, each event's effect
+// exactly once although the consumer dies between its destination COMMIT and
+// its ack.
 class EffectOnceTest : public ClientInteropTest {
  protected:
   static constexpr char kEffectConsumer[] = "effect-once";

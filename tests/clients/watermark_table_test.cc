@@ -1,7 +1,7 @@
 // The walfeed_watermark table is defined in three places that must agree, so a
 // C++ and a Python consumer can share it and readers of the docs build the same:
 //   - walfeed::PgWatermark::Open (client/src/pg_watermark.cc): the reference;
-//   - examples/python/watermark.py, its Python twin;
+//   - client/python/walfeed/watermark.py, its Python twin;
 //   - docs/clients.md, "The idempotent consumer", between the markers
 //     <!-- watermark-table --> and <!-- /watermark-table -->.
 // Each creates the table in a database of its own in a throwaway PostgreSQL 15;
@@ -100,14 +100,14 @@ class Libpq : public SqlConnection {
   PGconn* conn_;
 };
 
-// Runs examples/python/watermark.py's Watermark(...) against `conninfo`, which
+// Runs client/python/walfeed/watermark.py's Watermark(...) against `conninfo`, which
 // creates the table; the script's output on failure.
 absl::Status CreateWithPython(const std::string& conninfo) {
   // The conninfo holds no single quote, so it can be quoted for the shell as is.
   const std::string command = absl::StrCat(
       "/usr/bin/python3 -c 'import sys, psycopg2; sys.path.insert(0, sys.argv[1]); "
       "import watermark; watermark.Watermark(psycopg2.connect(sys.argv[2]), \"s\", \"c\")' '",
-      WALFEED_SOURCE_DIR, "/examples/python' '", conninfo, "' 2>&1");
+      WALFEED_SOURCE_DIR, "/client/python/walfeed' '", conninfo, "' 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::InternalError("popen failed");
   std::string output;
@@ -160,7 +160,8 @@ TEST(WatermarkTableTest, DocsPythonAndCppCreateTheSameTable) {
   const std::vector<std::string> reference = Describe(*pg, "from_cpp");
   // The reference was read: the key every watermark lookup relies on is there.
   EXPECT_THAT(reference, Contains("walfeed_watermark_pkey: PRIMARY KEY (consumer, stream)"));
-  EXPECT_EQ(Describe(*pg, "from_python"), reference) << "examples/python/watermark.py differs";
+  EXPECT_EQ(Describe(*pg, "from_python"), reference)
+      << "client/python/walfeed/watermark.py differs";
   EXPECT_EQ(Describe(*pg, "from_docs"), reference) << "docs/clients.md differs";
 }
 

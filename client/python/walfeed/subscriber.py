@@ -136,8 +136,10 @@ class Subscriber:
     value_form: "typed" (default), "both" or "text". compact: receive column
     metadata once per table version (default) instead of in every event.
     tables / operations: the subscription's filters ("schema.table" globs;
-    "INSERT", "UPDATE", ...). start_after: an id to start after (a destination's
-    watermark) instead of the server's checkpoint. on_started(session_id,
+    "INSERT", "UPDATE", ...). start_after: an id to start after instead of the
+    server's checkpoint, or a function returning one, called before every
+    Subscribe (a destination's watermark: Watermark.resume); the id a session
+    started after is `last_start_after`. on_started(session_id,
     checkpoint), on_acked(event_id) and on_retry(failure, delay) are called
     from run()'s thread.
     """
@@ -149,8 +151,10 @@ class Subscriber:
             raise ValueError(f"value_form must be one of {sorted(_VALUE_FORMS)}")
         self.stream, self.consumer = stream, consumer
         self.ack_policy = ack or AckPolicy.every(1)
+        self._start_after = start_after
+        self.last_start_after = ""
         self._request = pb.SubscribeRequest(
-            stream=stream, consumer=consumer, start_after=start_after,
+            stream=stream, consumer=consumer,
             tables=list(tables), operations=[pb.Operation.Value("OPERATION_" + o) for o in operations],
             value_form=_VALUE_FORMS[value_form],
             event_form=pb.EVENT_FORM_COMPACT if compact else pb.EVENT_FORM_FULL)
@@ -219,6 +223,8 @@ class Subscriber:
         started (so the backoff starts over)."""
         # wait_for_ready: while the server is unreachable the call waits for
         # the channel to reconnect instead of failing at once.
+        start_after = self._start_after() if callable(self._start_after) else self._start_after
+        self._request.start_after = self.last_start_after = start_after or ""
         call = self._stub.Subscribe(self._request, wait_for_ready=True, metadata=self._metadata)
         with self._lock:
             self._call = call
