@@ -7,7 +7,7 @@
 #   bash examples/build.sh OUT
 #   OUT/bin/{python,node,go}-consumer --server HOST:PORT --stream S --consumer C \
 #       --out FILE [--ack-every N]
-#   OUT/bin/python-effect-once --server HOST:PORT --stream S --consumer C \
+#   OUT/bin/{python,node,go}-effect-once --server HOST:PORT --stream S --consumer C \
 #       --dest-dsn DSN [--crash-after-commit N]   (exactly-once effects in PostgreSQL)
 #
 # Generated code goes to OUT only (it is never committed); the Node modules go to
@@ -61,20 +61,27 @@ cp "$root/examples/go/main.go" "$gopath/src/walfeed/examples/go/"
 mkdir -p "$gopath/src/walfeed/client/go/walfeed"
 cp "$root"/client/go/walfeed/*.go "$gopath/src/walfeed/client/go/walfeed/"
 if [ -z "${HOME:-}" ] && [ -z "${GOCACHE:-}" ]; then export GOCACHE="$gopath/cache"; fi
+mkdir -p "$gopath/src/walfeed/examples/go/effect_once"
+cp "$root/examples/go/effect_once/main.go" "$gopath/src/walfeed/examples/go/effect_once/"
 GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" \
   go build -o "$out/bin/go-consumer" walfeed/examples/go
+GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" \
+  go build -o "$out/bin/go-effect-once" walfeed/examples/go/effect_once
 
-# Node: the consumer runs on the walfeed package (client/node), which loads the
-# .proto at run time; only its modules are installed. flock: two build
-# directories share client/node/node_modules.
-(
-  cd "$root/client/node"
-  flock 9
-  if ! cmp -s package-lock.json node_modules/.walfeed-installed-lock 2>/dev/null; then
-    npm ci --no-audit --no-fund --loglevel=error
-    cp package-lock.json node_modules/.walfeed-installed-lock
-  fi
-) 9<"$root/client/node/package.json"
+# Node: the consumers run on the walfeed package (client/node), which loads the
+# .proto at run time; only modules are installed, the package's and the
+# examples' own (pg, for effect_once.js). flock: two build directories share
+# the node_modules folders.
+for dir in "$root/client/node" "$root/examples/node"; do
+  (
+    cd "$dir"
+    flock 9
+    if ! cmp -s package-lock.json node_modules/.walfeed-installed-lock 2>/dev/null; then
+      npm ci --no-audit --no-fund --loglevel=error
+      cp package-lock.json node_modules/.walfeed-installed-lock
+    fi
+  ) 9<"$dir/package.json"
+done
 
 # Launchers: the same command line for every language.
 cat >"$out/bin/python-consumer" <<EOF
@@ -89,5 +96,10 @@ cat >"$out/bin/node-consumer" <<EOF
 #!/bin/sh
 exec node "$root/examples/node/consumer.js" "\$@"
 EOF
-chmod +x "$out/bin/python-consumer" "$out/bin/python-effect-once" "$out/bin/node-consumer"
+cat >"$out/bin/node-effect-once" <<EOF
+#!/bin/sh
+exec node "$root/examples/node/effect_once.js" "\$@"
+EOF
+chmod +x "$out/bin/python-consumer" "$out/bin/python-effect-once" "$out/bin/node-consumer" \
+  "$out/bin/node-effect-once"
 echo "examples/build.sh: consumers ready in $out/bin"

@@ -7,4 +7,5 @@ module.exports = {
   ...require('./lib/values'),
   ...require('./lib/ids'),
   ...require('./lib/errors'),
+  ...require('./lib/watermark'),
 };

@@ -27,9 +27,10 @@
 //     and the three languages print the same retry and give-up lines;
 //   - an event larger than gRPC's default 4 MiB receive limit (a 5 MB value)
 //     reaches the file as the reference's line, and the consumer acks past it.
-// And for Python's transactional watermark (client/python/walfeed/watermark.py, run by
-// effect_once.py): a consumer killed between its destination COMMIT and its ack
-// applies every event exactly once across the restart.
+// And for each library's transactional watermark (Python's
+// client/python/walfeed/watermark.py, Node's and Go's twins, each run by its
+// language's effect_once example): a consumer killed between its destination
+// COMMIT and its ack applies every event exactly once across the restart.
 //
 // The consumers are made runnable by examples/build.sh (CMake target
 // walfeed_example_clients, a dependency of this test) into <build>/examples/bin.
@@ -998,8 +999,8 @@ INSTANTIATE_TEST_SUITE_P(Languages, ClientInteropTest,
                            return info.param;
                          });
 
-// examples/python/effect_once.py + client/python/walfeed/watermark.py, Python
-// only: effects in a second database of the same cluster, each event's effect
+// examples/{python,node,go}/effect_once on each library's watermark helper:
+// effects in a second database of the same cluster, each event's effect
 // exactly once although the consumer dies between its destination COMMIT and
 // its ack.
 class EffectOnceTest : public ClientInteropTest {
@@ -1007,12 +1008,16 @@ class EffectOnceTest : public ClientInteropTest {
   static constexpr char kEffectConsumer[] = "effect-once";
 
   ConsumerProcess* StartEffectOnce(int port, const std::string& name, int crash_after_commit) {
+    // lib/pq (Go) asks for TLS unless told not to; libpq and node-postgres
+    // fall back to plaintext by themselves.
+    const std::string dsn =
+        pg_->ConnInfo("dest") + (GetParam() == std::string("go") ? " sslmode=disable" : "");
     std::vector<std::string> argv = {
-        absl::StrCat(WALFEED_EXAMPLES_BIN, "/python-effect-once"),
+        absl::StrCat(WALFEED_EXAMPLES_BIN, "/", GetParam(), "-effect-once"),
         "--server", absl::StrCat("127.0.0.1:", port),
         "--stream", kStream,
         "--consumer", kEffectConsumer,
-        "--dest-dsn", pg_->ConnInfo("dest")};
+        "--dest-dsn", dsn};
     if (crash_after_commit > 0) {
       argv.insert(argv.end(), {"--crash-after-commit", absl::StrCat(crash_after_commit)});
     }
@@ -1123,14 +1128,14 @@ TEST_P(EffectOnceTest, EffectOnceSurvivesACrashBetweenCommitAndAck) {
   for (const std::string& id : expected) EXPECT_EQ(times[id], 1) << id;
   EXPECT_EQ(StoredWatermark(), last_id);
 
-  std::cout << "[effect-once] " << events.size() << " events; run 1 committed through "
+  std::cout << "[" << GetParam() << " effect-once] " << events.size() << " events; run 1 committed through "
             << watermark_at_crash << " (" << applied_at_crash.size()
             << " effects) and died with the checkpoint at " << checkpoint_at_crash
             << "; run 2 caught up in " << (caught_up - restarted) << "; total "
             << (absl::Now() - begin) << std::endl;
 }
 
-INSTANTIATE_TEST_SUITE_P(Python, EffectOnceTest, ::testing::Values("python"),
+INSTANTIATE_TEST_SUITE_P(Languages, EffectOnceTest, ::testing::Values("python", "node", "go"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

@@ -74,8 +74,11 @@ type Options struct {
 	Full bool
 	// Tables ("schema.table" globs) and Operations ("INSERT", ...) filter.
 	Tables, Operations []string
-	// StartAfter: an id to start after (a destination's watermark).
+	// StartAfter: an id to start after instead of the server's checkpoint.
 	StartAfter string
+	// StartAfterFunc, if set, gives StartAfter before every Subscribe (a
+	// destination's watermark: Watermark.Resume); an error ends Run with it.
+	StartAfterFunc func(context.Context) (string, error)
 	// Credentials: TLS (credentials.NewTLS); nil is plaintext.
 	Credentials credentials.TransportCredentials
 	// Token: a bearer token for the server's auth.
@@ -163,7 +166,13 @@ type Subscriber struct {
 	client  walfeedv1.ChangeStreamClient
 	request *walfeedv1.SubscribeRequest
 	session string
+	// The id the latest Subscribe started after ("" for the checkpoint).
+	lastStartAfter string
 }
+
+// LastStartAfter is the id the latest Subscribe started after ("": after the
+// server's checkpoint); for OnStarted.
+func (s *Subscriber) LastStartAfter() string { return s.lastStartAfter }
 
 var valueForms = map[string]walfeedv1.ValueForm{"": walfeedv1.ValueForm_VALUE_FORM_TYPED,
 	"typed": walfeedv1.ValueForm_VALUE_FORM_TYPED, "both": walfeedv1.ValueForm_VALUE_FORM_BOTH,
@@ -237,7 +246,8 @@ func (s *Subscriber) Ack(ctx context.Context, id string) error {
 	return err
 }
 
-// handlerError marks handle's own error, which Run returns as is.
+// handlerError marks handle's own error (or StartAfterFunc's), which Run
+// returns as is.
 type handlerError struct{ err error }
 
 func (h handlerError) Error() string { return h.err.Error() }
@@ -282,6 +292,14 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, handle func(context.Cont
 	defer cancel() // Ends the subscription if an Ack failed.
 	// WaitForReady: while the server is unreachable, the call waits for the
 	// connection to come back instead of failing at once.
+	if s.opts.StartAfterFunc != nil {
+		startAfter, err := s.opts.StartAfterFunc(ctx)
+		if err != nil {
+			return false, handlerError{err}
+		}
+		s.request.StartAfter = startAfter
+	}
+	s.lastStartAfter = s.request.StartAfter
 	sub, err := s.client.Subscribe(s.outgoing(ctx), s.request, grpc.WaitForReady(true))
 	if err != nil {
 		return false, err

@@ -85,7 +85,9 @@ class Subscriber {
   // options: server ('host:port'), stream, consumer; ack (an AckPolicy,
   // default every(1)); valueForm ('typed' default, 'both', 'text'); compact
   // (default true: column metadata once per table version); tables
-  // (['public.orders*']), operations (['INSERT']), startAfter (an id);
+  // (['public.orders*']), operations (['INSERT']), startAfter (an id, or a
+  // function returning one, awaited before every Subscribe: a destination's
+  // watermark, Watermark.resume; the id used is lastStartAfter);
   // credentials (grpc.credentials.createSsl(...), default plaintext); token
   // (bearer); maxBackoffMs (5000); onStarted(session, checkpoint),
   // onAcked(id), onRetry(failure, delayMs).
@@ -98,7 +100,7 @@ class Subscriber {
     this.options = options;
     this.policy = options.ack ?? AckPolicy.every(1);
     this.request = {
-      stream: options.stream, consumer: options.consumer, start_after: options.startAfter ?? '',
+      stream: options.stream, consumer: options.consumer,
       tables: options.tables ?? [], operations: (options.operations ?? []).map((op) => `OPERATION_${op}`),
       value_form: valueForm, event_form: options.compact === false ? 'EVENT_FORM_FULL' : 'EVENT_FORM_COMPACT',
     };
@@ -110,6 +112,8 @@ class Subscriber {
       'grpc.max_reconnect_backoff_ms': this.maxBackoffMs, 'grpc.max_receive_message_length': -1,
     });
     this.session = '';
+    // The id the latest Subscribe started after ('' for the checkpoint).
+    this.lastStartAfter = '';
     this.stopping = false;
     this.call = null;
   }
@@ -148,7 +152,8 @@ class Subscriber {
       try {
         if (await this.subscribeOnce(handle)) attempt = 0;
       } catch (err) {
-        if (err.code === undefined || err instanceof WalfeedError) throw err; // handle's own error.
+        // handle's own error, or startAfter's: not a gRPC status.
+        if (typeof err.code !== 'number' || err instanceof WalfeedError) throw err;
         failure = failureOf(err);
       }
       if (this.stopping) return;
@@ -168,6 +173,9 @@ class Subscriber {
   async subscribeOnce(handle) {
     // waitForReady: while the server is unreachable, the call waits for the
     // channel to reconnect instead of failing at once.
+    const startAfter = this.options.startAfter;
+    this.request.start_after = this.lastStartAfter =
+      (typeof startAfter === 'function' ? await startAfter() : startAfter) || '';
     const call = this.client.Subscribe(this.request, this.metadata({ waitForReady: true }));
     this.call = call;
     const policy = this.policy;
