@@ -151,11 +151,18 @@ const RowEventWriter::Relation& RowEventWriter::Get(
   relation.table = SanitizeUtf8(info->table);
   AppendBytesField(7, relation.schema, &relation.schema_table_fields);
   AppendBytesField(8, relation.table, &relation.schema_table_fields);
+  relation.ref = next_ref_++;
+  walfeed::v1::RelationShape shape;  // The compact forms' description of the same columns.
+  shape.set_ref(relation.ref);
+  shape.set_schema(relation.schema);
+  shape.set_table(relation.table);
   for (const replication::ColumnInfo& column : info->columns) {
+    const std::string name = SanitizeUtf8(column.name);
+    const std::string type_name = SanitizeUtf8(column.type_name);
     std::string prefix;
-    AppendBytesField(1, SanitizeUtf8(column.name), &prefix);
+    AppendBytesField(1, name, &prefix);
     AppendVarintField(2, column.type_oid, &prefix);
-    AppendBytesField(3, SanitizeUtf8(column.type_name), &prefix);
+    AppendBytesField(3, type_name, &prefix);
     AppendVarintField(4, column.is_key ? 1 : 0, &prefix);
     relation.column_prefixes.push_back(std::move(prefix));
     std::string suffix;  // Optional, so present even when 0 (timestamp(0)).
@@ -166,19 +173,12 @@ const RowEventWriter::Relation& RowEventWriter::Get(
     }
     relation.column_suffixes.push_back(std::move(suffix));
     relation.typed_oids.push_back(typed::TypedOid(column.type_oid, column.type_name));
-  }
-  relation.ref = next_ref_++;
-  walfeed::v1::RelationShape shape;
-  shape.set_ref(relation.ref);
-  shape.set_schema(relation.schema);
-  shape.set_table(relation.table);
-  for (const replication::ColumnInfo& column : info->columns) {
-    walfeed::v1::ColumnShape* out = shape.add_columns();
-    out->set_name(SanitizeUtf8(column.name));
-    out->set_type_oid(column.type_oid);
-    out->set_type_name(SanitizeUtf8(column.type_name));
-    out->set_key(column.is_key);
-    if (column.type_modifier != -1) out->set_type_modifier(column.type_modifier);
+    walfeed::v1::ColumnShape* described = shape.add_columns();
+    described->set_name(name);
+    described->set_type_oid(column.type_oid);
+    described->set_type_name(type_name);
+    described->set_key(column.is_key);
+    if (column.type_modifier != -1) described->set_type_modifier(column.type_modifier);
   }
   relation.shape = std::make_shared<const std::string>(shape.SerializeAsString());
   return relations_.emplace(info.get(), std::move(relation)).first->second;
@@ -203,7 +203,7 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
   bool typed = false;
   bool compact = false;
   for (int index = 1; index < EventForm::kCount; ++index) {
-    if (forms == nullptr || (wanted & (1u << index)) == 0) continue;
+    if (forms == nullptr || (wanted & MaskOf(EventForm::At(index))) == 0) continue;
     outputs[index] = &forms->serialized[index];
     typed = typed || EventForm::At(index).values != ValueForm::kText;
     compact = compact || EventForm::At(index).compact;
@@ -257,7 +257,7 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
     forms->shape_ref = relation.ref;
     forms->shape = relation.shape;
   }
-  key->op = ToProtoOp(event.op);
+  key->op = op;
   key->tables.clear();
   key->tables.emplace_back(relation.schema, relation.table);
   return true;
