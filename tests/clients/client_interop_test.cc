@@ -399,6 +399,21 @@ class ClientInteropTest : public ::testing::TestWithParam<std::string> {
     StartServer(port);
   }
 
+  // A server, the reference, and this test's consumer ("consumer") that has
+  // written and acked the first two rounds, as the reference saw them.
+  void StartCaughtUpConsumer(ConsumerProcess** consumer) {
+    StartServer(0);
+    ASSERT_TRUE(server_);
+    ASSERT_THAT(reference_.Start(stub_.get()), IsOk());
+    *consumer = StartConsumer(server_->port(), kStream, kConsumer, "consumer");
+    ASSERT_NE(*consumer, nullptr);
+    for (int k = 0; k < 2; ++k) WriteRound(k);
+    ASSERT_FALSE(HasFatalFailure());
+    ASSERT_THAT(reference_.ReadUntil(2 * kEventsPerRound), IsOk());
+    const std::string acked = reference_.events().back().id();
+    ASSERT_TRUE(WaitUntil([&] { return Checkpoint() == acked; }, kDeadline)) << (*consumer)->Log();
+  }
+
   // Starts this test's consumer; its log is <dir>/<name>.log.
   ConsumerProcess* StartConsumer(int port, const std::string& stream, const std::string& consumer,
                                  const std::string& name) {
@@ -674,16 +689,9 @@ TEST_P(ClientInteropTest, DeliversEveryChangeAcrossAKillWithIdenticalRedeliverie
 // transaction while it was still open, so its next event failed the stream
 // ("event X outside its open transaction"); see AckTrackerReleaseTest.
 TEST_P(ClientInteropTest, ResubscribesAcrossAServerRestart) {
-  StartServer(0);
-  ASSERT_TRUE(server_);
-  ASSERT_THAT(reference_.Start(stub_.get()), IsOk());
-  ConsumerProcess* consumer = StartConsumer(server_->port(), kStream, kConsumer, "consumer");
-  ASSERT_NE(consumer, nullptr);
-  for (int k = 0; k < 2; ++k) WriteRound(k);
-  ASSERT_FALSE(HasFatalFailure());
-  ASSERT_THAT(reference_.ReadUntil(2 * kEventsPerRound), IsOk());
+  ConsumerProcess* consumer = nullptr;
+  ASSERT_NO_FATAL_FAILURE(StartCaughtUpConsumer(&consumer));
   const std::string acked = reference_.events().back().id();
-  ASSERT_TRUE(WaitUntil([&] { return Checkpoint() == acked; }, kDeadline)) << consumer->Log();
   ASSERT_THAT(reference_.AckAll(stub_.get()), IsOk());  // So it resumes too.
 
   RestartServer();
@@ -710,16 +718,9 @@ TEST_P(ClientInteropTest, ResubscribesAcrossAServerRestart) {
 // reconnects to the slot, and the consumer (whose session the server may end
 // meanwhile) gets every change once in its file, as the reference renders it.
 TEST_P(ClientInteropTest, DeliversEveryChangeAcrossAPostgresRestart) {
-  StartServer(0);
-  ASSERT_TRUE(server_);
-  ASSERT_THAT(reference_.Start(stub_.get()), IsOk());
-  ConsumerProcess* consumer = StartConsumer(server_->port(), kStream, kConsumer, "consumer");
-  ASSERT_NE(consumer, nullptr);
-  for (int k = 0; k < 2; ++k) WriteRound(k);
-  ASSERT_FALSE(HasFatalFailure());
-  ASSERT_THAT(reference_.ReadUntil(2 * kEventsPerRound), IsOk());
+  ConsumerProcess* consumer = nullptr;
+  ASSERT_NO_FATAL_FAILURE(StartCaughtUpConsumer(&consumer));
   const std::string acked = reference_.events().back().id();
-  ASSERT_TRUE(WaitUntil([&] { return Checkpoint() == acked; }, kDeadline)) << consumer->Log();
   ASSERT_THAT(reference_.AckAll(stub_.get()), IsOk());
 
   reference_.Stop();

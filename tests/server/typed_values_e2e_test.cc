@@ -29,6 +29,7 @@
 #include "server/walfeed_server.h"
 #include "tests/testing/pg_cluster.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/wait.h"
 #include "walfeed/v1/change_stream.grpc.pb.h"
 
 namespace walfeed::server {
@@ -36,6 +37,7 @@ namespace {
 
 using ::walfeed::testing::IsOk;
 using ::walfeed::testing::PgCluster;
+using ::walfeed::testing::WaitUntil;
 using ::walfeed::v1::TypedValue;
 
 // How a kind's value is rendered for comparison. `sql` renders PostgreSQL's
@@ -287,9 +289,9 @@ class TypedValuesE2eTest : public ::testing::Test {
                                        grpc::InsecureChannelCredentials());
     auto stub = walfeed::v1::ChangeStream::NewStub(channel);
     std::vector<walfeed::v1::ChangeEvent> events;
-    bool started = false;
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while ((!started || events.size() < count) && absl::Now() < deadline) {
+    // Each try is one session; the stream refuses them while it connects.
+    const auto session = [&] {
       events.clear();
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(deadline));
@@ -300,14 +302,17 @@ class TypedValuesE2eTest : public ::testing::Test {
       request.set_event_form(event_form);
       auto reader = stub->Subscribe(&context, request);
       walfeed::v1::SubscribeResponse response;
+      bool started = false;
       while ((!started || events.size() < count) && reader->Read(&response)) {
         started = started || response.has_started();
         for (const auto& event : response.events().events()) events.push_back(event);
       }
       context.TryCancel();
       reader->Finish();
-      if (!started) absl::SleepFor(absl::Milliseconds(50));  // The stream is connecting.
-    }
+      return started && events.size() >= count;
+    };
+    EXPECT_TRUE(WaitUntil(session, deadline - absl::Now(), absl::Milliseconds(50)))
+        << consumer << ": " << events.size() << " of " << count << " events";
     return events;
   }
 
