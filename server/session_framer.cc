@@ -1,5 +1,7 @@
 #include "server/session_framer.h"
 
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "server/events_frame.h"
@@ -52,7 +54,7 @@ bool SessionFramer::Next(const StreamBuffer& buffer, const Context& context, abs
 }
 
 const std::string* SessionFramer::FormOf(const BufferedEvent& event,
-                                         std::deque<std::string>* converted,
+                                         std::vector<std::unique_ptr<std::string>>* converted,
                                          const std::string** shape) {
   const EventForm form = options_.form;
   if (form.index() == 0) return &event.serialized;
@@ -68,12 +70,11 @@ const std::string* SessionFramer::FormOf(const BufferedEvent& event,
   const bool row = op == walfeed::v1::OPERATION_INSERT || op == walfeed::v1::OPERATION_UPDATE ||
                    op == walfeed::v1::OPERATION_DELETE || op == walfeed::v1::OPERATION_READ;
   if (form.values == ValueForm::kText || !row) return &event.serialized;
-  converted->emplace_back();
-  if (!TranscodeFull(event.serialized, form.values, &converted->back())) {
-    converted->pop_back();  // Our own bytes always parse; should they not, send them as they are.
-    return &event.serialized;
-  }
-  return &converted->back();
+  auto bytes = std::make_unique<std::string>();
+  // Our own bytes always parse; should they not, send them as they are.
+  if (!TranscodeFull(event.serialized, form.values, bytes.get())) return &event.serialized;
+  converted->push_back(std::move(bytes));
+  return converted->back().get();
 }
 
 bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame) {
@@ -81,7 +82,8 @@ bool SessionFramer::ComposeEvents(const StreamBuffer& buffer, std::string* frame
   const SessionLimits& limits = options_.limits;
   std::vector<const std::string*> batch;  // Stable: the buffer is locked until composed.
   std::vector<const std::string*> shapes;  // Compact: shapes first needed in this batch.
-  std::deque<std::string> converted;       // Forms made for this batch alone.
+  // Forms made for this batch alone; empty (no allocation) for most sessions.
+  std::vector<std::unique_ptr<std::string>> converted;
   size_t bytes = 0;
   EventId last;
   for (auto it = buffer.After(cursor_); it != buffer.end(); ++it) {

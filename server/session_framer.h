@@ -17,8 +17,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
@@ -80,7 +82,8 @@ class SessionFramer {
   // `event` in this session's form: held in the buffer, or converted into
   // `converted`. `*shape` is set when the form is compact and the session has
   // not had the event's RelationShape yet (it counts as sent from now on).
-  const std::string* FormOf(const BufferedEvent& event, std::deque<std::string>* converted,
+  const std::string* FormOf(const BufferedEvent& event,
+                            std::vector<std::unique_ptr<std::string>>* converted,
                             const std::string** shape);
 
   // Compact form: the RelationShape refs this session was sent.
