@@ -1,6 +1,7 @@
 #include "replication/pg/pg_stream_source.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,8 @@
 namespace walfeed::replication::pg {
 
 absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
+  // Begun first, so that they overlap opening the checkpoint store.
+  StartReads reads = StartReads::Begin(options_.config, options_.checkpoint_schema);
   if (!committer_) {
     absl::StatusOr<std::unique_ptr<PgCheckpointStore>> store = PgCheckpointStore::Open(
         {options_.checkpoint_conninfo.empty() ? options_.config.conninfo
@@ -35,7 +38,7 @@ absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
     return exported_->Import(config.conninfo, name, static_cast<int>(connections));
   };
   absl::StatusOr<PreparedStream> prepared =
-      PrepareStream(config, committer_.get(), options_.checkpoint_schema,
+      PrepareStream(config, committer_.get(), options_.checkpoint_schema, std::move(reads),
                     config.initial_snapshot ? &steps : nullptr);
   if (!prepared.ok()) return prepared.status();
   prepared_ = *prepared;

@@ -492,19 +492,38 @@ absl::StatusOr<PreflightReport> Preflight(const StreamConfig& config) {
   return Inspect(conn.get(), config, /*check_capacity=*/true);
 }
 
+absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config) {
+  WALFEED_RETURN_IF_ERROR(config.Validate());
+  Inspected inspected;
+  WALFEED_ASSIGN_OR_RETURN(inspected.conn, Connect(config.conninfo, ConnectionKind::kSql));
+  WALFEED_ASSIGN_OR_RETURN(inspected.report,
+                           Inspect(inspected.conn.get(), config, /*check_capacity=*/true));
+  return inspected;
+}
+
 absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config,
                                           const SnapshotSteps* snapshot) {
   return provisioning_internal::Provision(config, provisioning_internal::Hooks{}, snapshot);
+}
+
+absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected inspected,
+                                          const SnapshotSteps* snapshot) {
+  return provisioning_internal::Provision(config, std::move(inspected),
+                                          provisioning_internal::Hooks{}, snapshot);
 }
 
 namespace provisioning_internal {
 
 absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hooks& hooks,
                                           const SnapshotSteps* snapshot) {
-  WALFEED_RETURN_IF_ERROR(config.Validate());
-  WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kSql));
-  WALFEED_ASSIGN_OR_RETURN(PreflightReport before,
-                           Inspect(conn.get(), config, /*check_capacity=*/true));
+  WALFEED_ASSIGN_OR_RETURN(Inspected inspected, InspectForProvision(config));
+  return Provision(config, std::move(inspected), hooks, snapshot);
+}
+
+absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected inspected,
+                                          const Hooks& hooks, const SnapshotSteps* snapshot) {
+  PGconn* const conn = inspected.conn.get();
+  PreflightReport& before = inspected.report;
   ProvisionResult result;
   if (!config.create_missing || (before.slot_exists && before.publications_exist())) {
     // Nothing to create (without create_missing, Inspect() has made sure of that).
@@ -518,7 +537,7 @@ absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hook
   }
   for (const std::string& publication : before.missing_publications) {
     absl::StatusOr<PgResultPtr> created =
-        Exec(conn.get(), CreatePublicationSql(config, publication));
+        Exec(conn, CreatePublicationSql(config, publication));
     if (created.ok()) {
       result.created_publication = true;
     } else if (const std::string state = SqlStateOf(created.status());
@@ -542,7 +561,7 @@ absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hook
     // (plugin, temporary, two-phase, in use) exactly as preflight would.
   }
 
-  WALFEED_ASSIGN_OR_RETURN(result.report, Inspect(conn.get(), config, /*check_capacity=*/false));
+  WALFEED_ASSIGN_OR_RETURN(result.report, Inspect(conn, config, /*check_capacity=*/false));
   if (before.slot_exists && result.created_publication) {
     result.report.warnings.push_back(
         SlotOlderThanPublicationsWarning(config.slot_name, before.missing_publications));

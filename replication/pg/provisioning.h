@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "replication/lsn.h"
+#include "replication/pg/pg_conn.h"
 #include "replication/stream_config.h"
 
 namespace walfeed::replication::pg {
@@ -106,6 +107,19 @@ struct SnapshotSteps {
 absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config,
                                           const SnapshotSteps* snapshot = nullptr);
 
+// Provision() in two steps, so that its read-only half can run while other
+// start-up work is in flight (PrepareStream): InspectForProvision() validates
+// `config`, connects and runs Preflight()'s checks (no writes); Provision() on
+// its result creates what is missing over the same connection. Errors are
+// Preflight()'s and Provision()'s respectively.
+struct Inspected {
+  PgConnPtr conn;
+  PreflightReport report;
+};
+absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config);
+absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected inspected,
+                                          const SnapshotSteps* snapshot = nullptr);
+
 // The statement that creates `publication` as walfeed would (FOR TABLE the
 // config's tables, or FOR ALL TABLES), identifiers quoted. `config` must be valid.
 std::string CreatePublicationSql(const StreamConfig& config, absl::string_view publication);
@@ -121,6 +135,9 @@ struct Hooks {
   std::function<void()> before_create_slot;
 };
 absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hooks& hooks,
+                                          const SnapshotSteps* snapshot = nullptr);
+absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected inspected,
+                                          const Hooks& hooks,
                                           const SnapshotSteps* snapshot = nullptr);
 
 }  // namespace provisioning_internal

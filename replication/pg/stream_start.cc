@@ -1,5 +1,7 @@
 #include "replication/pg/stream_start.h"
 
+#include <utility>
+
 #include "replication/pg/pg_conn.h"
 #include "replication/status_macros.h"
 
@@ -19,13 +21,38 @@ absl::StatusOr<SlotCheck> ReadSlotCheck(const StreamConfig& config,
 
 }  // namespace
 
+StartReads StartReads::Begin(const StreamConfig& config, std::string checkpoint_schema) {
+  StartReads reads;
+  if (!config.Validate().ok()) return reads;
+  reads.results_ = std::async(
+      std::launch::async, [config, schema = std::move(checkpoint_schema)] {
+        Results results{ReadSlotCheck(config, schema),
+                        absl::CancelledError("not inspected: the slot could not be read")};
+        if (results.slot.ok()) results.inspection = InspectForProvision(config);
+        return results;
+      });
+  return reads;
+}
+
 absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
                                              GroupCommitter* committer,
                                              absl::string_view checkpoint_schema,
                                              const SnapshotSteps* snapshot) {
   WALFEED_RETURN_IF_ERROR(config.Validate());
+  return PrepareStream(config, committer, checkpoint_schema,
+                       StartReads::Begin(config, std::string(checkpoint_schema)), snapshot);
+}
+
+absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
+                                             GroupCommitter* committer,
+                                             absl::string_view checkpoint_schema,
+                                             StartReads reads, const SnapshotSteps* snapshot) {
+  WALFEED_RETURN_IF_ERROR(config.Validate());
+  // Errors in the order of the sequence in stream_start.h, whichever read
+  // finished first.
   WALFEED_ASSIGN_OR_RETURN(StreamCheckpoint stored, committer->Load(config.name));
-  WALFEED_ASSIGN_OR_RETURN(SlotCheck before, ReadSlotCheck(config, checkpoint_schema));
+  StartReads::Results read = reads.Take();
+  WALFEED_ASSIGN_OR_RETURN(SlotCheck before, std::move(read.slot));
   if (!before.slot && (stored.slot_bound() || stored.confirmed_lsn.valid())) {
     // Fails with the dropped-slot error; Provision must not run first.
     WALFEED_RETURN_IF_ERROR(PlanStart(before, stored).status());
@@ -37,7 +64,9 @@ absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
     WALFEED_RETURN_IF_ERROR(PlanStart(before, stored).status());
   }
   PreparedStream prepared;
-  WALFEED_ASSIGN_OR_RETURN(prepared.provisioned, Provision(config, snapshot));
+  WALFEED_ASSIGN_OR_RETURN(Inspected inspected, std::move(read.inspection));
+  WALFEED_ASSIGN_OR_RETURN(prepared.provisioned,
+                           Provision(config, std::move(inspected), snapshot));
   // Read the slot again only if Provision created it: otherwise `before` is what
   // a second read would say (a replication connection saved at every start). A
   // slot dropped or replaced after this read is still caught: the reader checks

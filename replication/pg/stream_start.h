@@ -7,12 +7,17 @@
 //   Provision (preflight; create missing publications, then the slot, if allowed)
 //   read the slot again ──► PlanStart (slot_guard.h) ──► BindSlot when unbound
 //
+// Loading runs while the slot and Provision's preflight are read (StartReads);
+// nothing is written, created or decided until all three are in, and their
+// errors are reported in the order above.
+//
 // The result says where to start, which slot identity the reader must keep
 // seeing, the consumers' stored checkpoints (to register with the AckTracker) and
 // the floor below which events are not delivered again.
 #ifndef WALFEED_REPLICATION_PG_STREAM_START_H_
 #define WALFEED_REPLICATION_PG_STREAM_START_H_
 
+#include <future>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,6 +29,34 @@
 #include "replication/pg/stream_reader.h"
 
 namespace walfeed::replication::pg {
+
+// The reads PrepareStream starts with, begun on a thread of their own so that
+// they overlap whatever the caller does meanwhile (opening the checkpoint store
+// and loading from it): the slot over a short replication connection, closed
+// again, then Provision's preflight over a SQL connection. A new connection
+// costs a backend start and a cold catalog cache, several milliseconds each on
+// a local server. The two stay in sequence: the preflight counts the WAL
+// senders in use, and must not count the slot read's. Neither writes anything;
+// what PrepareStream decides from them, and in which order, is as above.
+class StartReads {
+ public:
+  // Nothing is started for a `config` that does not validate (PrepareStream
+  // reports why).
+  static StartReads Begin(const StreamConfig& config, std::string checkpoint_schema);
+
+  struct Results {
+    absl::StatusOr<SlotCheck> slot;
+    // Not run (an error) when the slot could not be read.
+    absl::StatusOr<Inspected> inspection;
+  };
+  // Waits for the reads; call once, on a StartReads from Begin() with a
+  // `config` that validates.
+  Results Take() { return results_.get(); }
+
+ private:
+  // Joined on destruction (std::async), so an early return waits for it.
+  std::future<Results> results_;
+};
 
 struct PreparedStream {
   StartPlan plan;
@@ -38,6 +71,13 @@ struct PreparedStream {
 absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
                                              GroupCommitter* committer,
                                              absl::string_view checkpoint_schema,
+                                             const SnapshotSteps* snapshot = nullptr);
+// The same with reads the caller began (StartReads::Begin with the same
+// `config` and `checkpoint_schema`).
+absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
+                                             GroupCommitter* committer,
+                                             absl::string_view checkpoint_schema,
+                                             StartReads reads,
                                              const SnapshotSteps* snapshot = nullptr);
 
 // ReaderOptions for a prepared stream: connection, slot, publications, the slot
