@@ -33,7 +33,19 @@ absl::StatusOr<EventId> EventId::Parse(absl::string_view text) {
 }
 
 std::string EventId::ToString() const {
-  return absl::StrCat(commit_lsn.ToString(), ":", index);
+  // Written into one buffer: every event's id is formatted on the way out.
+  char text[Lsn::kMaxTextSize + 1 + 10];
+  char* end = commit_lsn.FormatTo(text);
+  *end++ = ':';
+  char digits[10];
+  int count = 0;
+  uint32_t rest = index;
+  do {
+    digits[count++] = static_cast<char>('0' + rest % 10);
+    rest /= 10;
+  } while (rest != 0);
+  while (count > 0) *end++ = digits[--count];
+  return std::string(text, end);
 }
 
 std::ostream& operator<<(std::ostream& os, const EventId& id) {

@@ -2,7 +2,6 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 
 namespace walfeed::replication {
 namespace {
@@ -44,9 +43,28 @@ absl::StatusOr<Lsn> Lsn::Parse(absl::string_view text) {
   return Lsn((static_cast<uint64_t>(high) << 32) | low);
 }
 
+namespace {
+
+// Upper-case hex of `v` without leading zeros ("0" for 0) at `out`; the end.
+char* FormatHex32(uint32_t v, char* out) {
+  static constexpr char kDigits[] = "0123456789ABCDEF";
+  int shift = 28;
+  while (shift > 0 && ((v >> shift) & 0xF) == 0) shift -= 4;
+  for (; shift >= 0; shift -= 4) *out++ = kDigits[(v >> shift) & 0xF];
+  return out;
+}
+
+}  // namespace
+
+char* Lsn::FormatTo(char* out) const {
+  out = FormatHex32(static_cast<uint32_t>(value_ >> 32), out);
+  *out++ = '/';
+  return FormatHex32(static_cast<uint32_t>(value_), out);
+}
+
 std::string Lsn::ToString() const {
-  return absl::StrFormat("%X/%X", static_cast<uint32_t>(value_ >> 32),
-                         static_cast<uint32_t>(value_));
+  char text[kMaxTextSize];
+  return std::string(text, FormatTo(text));
 }
 
 std::ostream& operator<<(std::ostream& os, Lsn lsn) { return os << lsn.ToString(); }

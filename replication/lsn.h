@@ -8,6 +8,7 @@
 #ifndef WALFEED_REPLICATION_LSN_H_
 #define WALFEED_REPLICATION_LSN_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -32,6 +33,11 @@ class Lsn {
 
   // Upper-case "X/Y" with no leading zeros, the form PostgreSQL <= 18 prints.
   std::string ToString() const;
+  // The same text written at `out`, which has room for kMaxTextSize chars;
+  // returns the end. (Every event's id is formatted: no allocation, no format
+  // string parsing.)
+  static constexpr size_t kMaxTextSize = 17;
+  char* FormatTo(char* out) const;
 
   friend constexpr bool operator==(Lsn a, Lsn b) { return a.value_ == b.value_; }
   friend constexpr bool operator!=(Lsn a, Lsn b) { return a.value_ != b.value_; }

@@ -24,6 +24,14 @@ TEST(EventIdTest, ParsesAndFormats) {
   EXPECT_EQ(EventId::Parse("0/01A2B3C8:7")->ToString(), "0/1A2B3C8:7");
 }
 
+TEST(EventIdTest, FormatsEveryIndexWidthAsDecimal) {
+  for (uint32_t index : {0u, 9u, 10u, 99u, 100u, 65535u, 1000000000u, 4294967295u}) {
+    const EventId id{Lsn(0xFFFFFFFF00000001u), index};
+    EXPECT_EQ(id.ToString(), "FFFFFFFF/1:" + std::to_string(index));
+    EXPECT_EQ(*EventId::Parse(id.ToString()), id);
+  }
+}
+
 TEST(EventIdTest, RejectsMalformedInputWithTheExpectedForm) {
   for (const char* bad :
        {"", ":", "0/1A2B3C8", "0/1A2B3C8:", ":0", "0/1A2B3C8:-1", "0/1A2B3C8:+1",

@@ -1,5 +1,7 @@
 #include "replication/lsn.h"
 
+#include "absl/random/random.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -30,6 +32,24 @@ TEST(LsnTest, FormatsUpperCaseWithoutPadding) {
   EXPECT_EQ(Lsn(uint64_t{1} << 32).ToString(), "1/0");
   EXPECT_EQ(Lsn::kInvalid.ToString(), "0/0");
   EXPECT_FALSE(Lsn::kInvalid.valid());
+}
+
+TEST(LsnTest, FormatsAsPrintfUpperHexOfEachHalf) {
+  // Every digit count of either half, against printf's "%X/%X".
+  absl::BitGen gen;
+  for (int digits = 0; digits <= 8; ++digits) {
+    const uint32_t top =
+        digits == 0 ? 0 : static_cast<uint32_t>(~uint64_t{0} >> (64 - 4 * digits));
+    for (int i = 0; i < 200; ++i) {
+      const uint32_t high = absl::Uniform<uint32_t>(absl::IntervalClosed, gen, 0, top);
+      const uint32_t low = absl::Uniform<uint32_t>(gen);
+      const Lsn lsn((uint64_t{high} << 32) | low);
+      EXPECT_EQ(lsn.ToString(), absl::StrFormat("%X/%X", high, low));
+      char text[Lsn::kMaxTextSize];
+      EXPECT_EQ(std::string(text, lsn.FormatTo(text)), lsn.ToString());
+    }
+  }
+  EXPECT_EQ(Lsn(UINT64_MAX).ToString(), "FFFFFFFF/FFFFFFFF");
 }
 
 TEST(LsnTest, RejectsJunkAndQuotesIt) {

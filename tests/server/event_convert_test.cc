@@ -292,6 +292,19 @@ TEST(EventConvertTest, IsValidUtf8) {
   }
 }
 
+// The same cases at every position relative to the eight-byte ASCII steps, and
+// with ASCII after them.
+TEST(EventConvertTest, IsValidUtf8AtEveryAlignment) {
+  for (const Utf8Case& c : Utf8Cases()) {
+    for (size_t before = 0; before <= 17; ++before) {
+      for (size_t after : {0, 1, 7, 8, 9}) {
+        const std::string bytes = std::string(before, 'a') + c.bytes + std::string(after, 'z');
+        EXPECT_EQ(IsValidUtf8(bytes), c.valid) << c.what << " after " << before << " bytes";
+      }
+    }
+  }
+}
+
 // What IsValidUtf8 accepts, protobuf's parser must accept too: otherwise a TEXT
 // value would make the consumer's parse fail.
 TEST(EventConvertTest, ValidUtf8IsAcceptedByProtobuf) {
