@@ -18,6 +18,10 @@ using replication::pgoutput::TupleValue;
 // Protobuf wire types.
 constexpr uint32_t kVarint = 0;
 constexpr uint32_t kLengthDelimited = 2;
+// At most the bytes of a row event's fields other than its columns: the id
+// (text up to 28 bytes, commit_lsn, index), xid, commit_time, op, and fields
+// 11, 14 and 15, each with its tag and length.
+constexpr size_t kHeaderBound = 160;
 
 // Every field number here is below 16, so every tag is one byte.
 char Tag(uint32_t field, uint32_t wire_type) { return static_cast<char>((field << 3) | wire_type); }
@@ -91,6 +95,21 @@ struct ValuePart {
 };
 
 }  // namespace
+
+// At most what AppendColumns writes for `tuple` in the full text form: per
+// column its described prefix and suffix, the data, and a tag with a length
+// (at most 1 + 10 bytes) for the column, the kind field (2) and the data field
+// (1 + 10).
+size_t RowEventWriter::ColumnsBound(const Relation& relation, const TupleData& tuple) {
+  size_t size = 0;
+  for (size_t i = 0; i < tuple.columns.size(); ++i) {
+    size += 24 + tuple.columns[i].data.size();
+    if (i < relation.column_prefixes.size()) {
+      size += relation.column_prefixes[i].size() + relation.column_suffixes[i].size();
+    }
+  }
+  return size;
+}
 
 void RowEventWriter::AppendColumns(uint32_t field, const Relation& relation,
                                    const TupleData& tuple, bool keys_only,
@@ -210,6 +229,12 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
   }
   const walfeed::v1::Operation op = ToProtoOp(event.op);
   full->clear();
+  // Allocated once: appending to an empty string grew it five or six times for
+  // a row of a few hundred bytes, each growth a copy.
+  const size_t bound = kHeaderBound + relation.schema_table_fields.size() +
+                       ColumnsBound(relation, event.new_tuple) +
+                       ColumnsBound(relation, event.old_tuple);
+  full->reserve(bound);
   AppendBytesField(1, event.id.ToString(), full);
   AppendVarintField(2, event.id.commit_lsn.value(), full);
   AppendVarintField(3, event.id.index, full);
@@ -229,7 +254,9 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
   full->append(relation.schema_table_fields);
   // Fields 1-8 are the same in every form.
   for (int index = 1; index < EventForm::kCount; ++index) {
-    if (outputs[index] != nullptr) *outputs[index] = *full;
+    if (outputs[index] == nullptr) continue;
+    outputs[index]->reserve(bound);  // Typed values may still grow it.
+    outputs[index]->assign(*full);
   }
   if (op != walfeed::v1::OPERATION_DELETE) {
     AppendColumns(9, relation, event.new_tuple, /*keys_only=*/false, outputs, typed);

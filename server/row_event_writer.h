@@ -60,6 +60,9 @@ class RowEventWriter {
   const Relation& Get(const std::shared_ptr<const replication::RelationInfo>& info);
   // Whether `event` is a row event this writer covers.
   static bool Covers(const replication::ChangeEvent& event);
+  // At most the bytes AppendColumns writes for `tuple` in the full form.
+  static size_t ColumnsBound(const Relation& relation,
+                             const replication::pgoutput::TupleData& tuple);
   // Field `field` (new_values or old_values) of every output.
   void AppendColumns(uint32_t field, const Relation& relation,
                      const replication::pgoutput::TupleData& tuple, bool keys_only,
