@@ -18,10 +18,10 @@ using replication::pgoutput::TupleValue;
 // Protobuf wire types.
 constexpr uint32_t kVarint = 0;
 constexpr uint32_t kLengthDelimited = 2;
-// At most the bytes of a row event's fields other than its columns: the id
-// (text up to 28 bytes, commit_lsn, index), xid, commit_time, op, and fields
-// 11, 14 and 15, each with its tag and length.
-constexpr size_t kHeaderBound = 160;
+// At most the bytes of a row event's fields other than its columns and table
+// names, with tags and lengths: id text 2 + 28, commit_lsn 1 + 10, index 1 + 5,
+// xid 1 + 5, commit_time 2 + 22, op 2, fields 11, 14 and 15: 2 + 2 + 6.
+constexpr size_t kHeaderBound = 89;
 
 // Every field number here is below 16, so every tag is one byte.
 char Tag(uint32_t field, uint32_t wire_type) { return static_cast<char>((field << 3) | wire_type); }
@@ -96,17 +96,23 @@ struct ValuePart {
 
 }  // namespace
 
-// At most what AppendColumns writes for `tuple` in the full text form: per
-// column its described prefix and suffix, the data, and a tag with a length
-// (at most 1 + 10 bytes) for the column, the kind field (2) and the data field
-// (1 + 10).
-size_t RowEventWriter::ColumnsBound(const Relation& relation, const TupleData& tuple) {
+// At most what AppendColumns writes for `tuple` in the full text form, within
+// a few bytes per column: the column's tag and length, its described prefix
+// and suffix, the kind field (2 bytes: every kind is below 128) and the data
+// field. Near-exact, because the capacity beyond an event's size is memory the
+// buffer's accounting (which counts sizes) does not see.
+size_t RowEventWriter::ColumnsBound(const Relation& relation, const TupleData& tuple,
+                                    bool keys_only) {
   size_t size = 0;
   for (size_t i = 0; i < tuple.columns.size(); ++i) {
-    size += 24 + tuple.columns[i].data.size();
-    if (i < relation.column_prefixes.size()) {
-      size += relation.column_prefixes[i].size() + relation.column_suffixes[i].size();
+    const bool described = i < relation.column_prefixes.size();
+    if (keys_only && (!described || !relation.info->columns[i].is_key)) continue;
+    const size_t data = tuple.columns[i].data.size();
+    size_t column = 2 + 1 + VarintSize(data) + data;
+    if (described) {
+      column += relation.column_prefixes[i].size() + relation.column_suffixes[i].size();
     }
+    size += 1 + VarintSize(column) + column;
   }
   return size;
 }
@@ -228,13 +234,18 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
     compact = compact || EventForm::At(index).compact;
   }
   const walfeed::v1::Operation op = ToProtoOp(event.op);
+  const bool with_new = op != walfeed::v1::OPERATION_DELETE;
+  const bool with_old = op != walfeed::v1::OPERATION_INSERT &&
+                        op != walfeed::v1::OPERATION_READ &&
+                        (event.old_kind == OldTupleKind::kKey ||
+                         event.old_kind == OldTupleKind::kFull);
+  const bool old_keys_only = event.old_kind == OldTupleKind::kKey;
   full->clear();
   // Allocated once: appending to an empty string grew it five or six times for
   // a row of a few hundred bytes, each growth a copy.
-  const size_t bound = kHeaderBound + relation.schema_table_fields.size() +
-                       ColumnsBound(relation, event.new_tuple) +
-                       ColumnsBound(relation, event.old_tuple);
-  full->reserve(bound);
+  full->reserve(kHeaderBound + relation.schema_table_fields.size() +
+                (with_new ? ColumnsBound(relation, event.new_tuple, false) : 0) +
+                (with_old ? ColumnsBound(relation, event.old_tuple, old_keys_only) : 0));
   AppendBytesField(1, event.id.ToString(), full);
   AppendVarintField(2, event.id.commit_lsn.value(), full);
   AppendVarintField(3, event.id.index, full);
@@ -253,20 +264,19 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
   AppendVarintField(6, op, full);
   full->append(relation.schema_table_fields);
   // Fields 1-8 are the same in every form.
+  // The other forms are not reserved: the full form's bound would overstate
+  // a compact one (no column descriptions) several times.
   for (int index = 1; index < EventForm::kCount; ++index) {
-    if (outputs[index] == nullptr) continue;
-    outputs[index]->reserve(bound);  // Typed values may still grow it.
-    outputs[index]->assign(*full);
+    if (outputs[index] != nullptr) *outputs[index] = *full;
   }
-  if (op != walfeed::v1::OPERATION_DELETE) {
+  if (with_new) {
     AppendColumns(9, relation, event.new_tuple, /*keys_only=*/false, outputs, typed);
   }
   std::string tail;  // Fields 11, 14 and 15: the same in every form too.
-  if (op != walfeed::v1::OPERATION_INSERT && op != walfeed::v1::OPERATION_READ &&
-      (event.old_kind == OldTupleKind::kKey || event.old_kind == OldTupleKind::kFull)) {
-    const bool keys_only = event.old_kind == OldTupleKind::kKey;
-    AppendColumns(10, relation, event.old_tuple, keys_only, outputs, typed);
-    AppendVarintField(11, keys_only ? walfeed::v1::OLD_VALUES_KEY : walfeed::v1::OLD_VALUES_FULL,
+  if (with_old) {
+    AppendColumns(10, relation, event.old_tuple, old_keys_only, outputs, typed);
+    AppendVarintField(11,
+                      old_keys_only ? walfeed::v1::OLD_VALUES_KEY : walfeed::v1::OLD_VALUES_FULL,
                       &tail);
   }
   AppendVarintField(14, event.last_in_transaction ? 1 : 0, &tail);

@@ -62,7 +62,7 @@ class RowEventWriter {
   static bool Covers(const replication::ChangeEvent& event);
   // At most the bytes AppendColumns writes for `tuple` in the full form.
   static size_t ColumnsBound(const Relation& relation,
-                             const replication::pgoutput::TupleData& tuple);
+                             const replication::pgoutput::TupleData& tuple, bool keys_only);
   // Field `field` (new_values or old_values) of every output.
   void AppendColumns(uint32_t field, const Relation& relation,
                      const replication::pgoutput::TupleData& tuple, bool keys_only,

@@ -1,5 +1,6 @@
 #include "replication/pg/stream_start.h"
 
+#include <system_error>
 #include <utility>
 
 #include "replication/pg/pg_conn.h"
@@ -24,14 +25,30 @@ absl::StatusOr<SlotCheck> ReadSlotCheck(const StreamConfig& config,
 StartReads StartReads::Begin(const StreamConfig& config, std::string checkpoint_schema) {
   StartReads reads;
   if (!config.Validate().ok()) return reads;
-  reads.results_ = std::async(
-      std::launch::async, [config, schema = std::move(checkpoint_schema)] {
-        Results results{ReadSlotCheck(config, schema),
-                        absl::CancelledError("not inspected: the slot could not be read")};
-        if (results.slot.ok()) results.inspection = InspectForProvision(config);
-        return results;
-      });
+  reads.abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  auto read = [config, schema = std::move(checkpoint_schema), abandoned = reads.abandoned_] {
+    Results results{ReadSlotCheck(config, schema),
+                    absl::CancelledError("not inspected: the slot could not be read")};
+    if (!results.slot.ok()) return results;
+    if (abandoned->load()) {
+      results.inspection = absl::CancelledError("not inspected: start-up was abandoned");
+    } else {
+      results.inspection = InspectForProvision(config);
+    }
+    return results;
+  };
+  try {
+    reads.results_ = std::async(std::launch::async, read);  // A copy: `read` may run below.
+  } catch (const std::system_error&) {
+    // No thread to be had: the reads run in Take(), in sequence, as they did
+    // before they overlapped anything.
+    reads.results_ = std::async(std::launch::deferred, std::move(read));
+  }
   return reads;
+}
+
+StartReads::~StartReads() {
+  if (abandoned_) abandoned_->store(true);
 }
 
 absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,

@@ -17,7 +17,9 @@
 #ifndef WALFEED_REPLICATION_PG_STREAM_START_H_
 #define WALFEED_REPLICATION_PG_STREAM_START_H_
 
+#include <atomic>
 #include <future>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -53,8 +55,17 @@ class StartReads {
   // `config` that validates.
   Results Take() { return results_.get(); }
 
+  StartReads() = default;
+  StartReads(StartReads&&) = default;
+  StartReads& operator=(StartReads&&) = delete;
+  // Reads not taken are cut short (the preflight is not begun if the slot
+  // read is still running), then waited for: an early return (the checkpoint
+  // store could not be opened) does not wait for a whole preflight.
+  ~StartReads();
+
  private:
-  // Joined on destruction (std::async), so an early return waits for it.
+  std::shared_ptr<std::atomic<bool>> abandoned_;
+  // Waited for on destruction (std::async).
   std::future<Results> results_;
 };
 
