@@ -81,6 +81,7 @@ struct Outcome {
   uint64_t events = 0;
   uint64_t frames = 0;
   uint64_t acks = 0;
+  uint64_t acked_events = 0;  // Events up to the last acknowledged Ack.
   Clock::time_point done{};
   std::string error;
 };
@@ -171,6 +172,7 @@ class Subscriber {
         since_ack = 0;
         if (!Ack(session_id, counted.last_id, &out.error)) break;
         ++out.acks;
+        out.acked_events = out.events;
       }
     }
     out.done = Clock::now();
@@ -238,13 +240,14 @@ int Run(const Flags& flags) {
   for (std::thread& t : threads) t.join();
 
   double slowest = 0, fastest = 1e18;
-  uint64_t delivered = 0, frames = 0, acks = 0;
+  uint64_t delivered = 0, frames = 0, acks = 0, acked = 0;
   int failed = 0;
   for (int i = 0; i < flags.subscribers; ++i) {
     const Outcome& o = outcomes[i];
     delivered += o.events;
     frames += o.frames;
     acks += o.acks;
+    acked += o.acked_events;
     if (!o.error.empty()) {
       ++failed;
       std::fprintf(stderr, "walfeed_fanout: subscriber %d: %s\n", i, o.error.c_str());
@@ -255,11 +258,12 @@ int Run(const Flags& flags) {
   }
   std::printf(
       "{\"subscribers\": %d, \"events_each\": %llu, \"delivered_events\": %llu, "
-      "\"frames\": %llu, \"acks\": %llu, \"failed_subscribers\": %d, \"seconds\": %.4f, "
+      "\"frames\": %llu, \"acks\": %llu, \"acked_events\": %llu, "
+      "\"failed_subscribers\": %d, \"seconds\": %.4f, "
       "\"fastest_subscriber_s\": %.4f, \"aggregate_events_per_s\": %.0f}\n",
       flags.subscribers, static_cast<unsigned long long>(flags.events),
       static_cast<unsigned long long>(delivered), static_cast<unsigned long long>(frames),
-      static_cast<unsigned long long>(acks), failed,
+      static_cast<unsigned long long>(acks), static_cast<unsigned long long>(acked), failed,
       slowest, failed == flags.subscribers ? -1.0 : fastest,
       slowest > 0 ? static_cast<double>(delivered) / slowest : 0.0);
   std::fflush(stdout);
