@@ -1,5 +1,7 @@
 #include "replication/event_id.h"
 
+#include <charconv>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
@@ -37,14 +39,7 @@ std::string EventId::ToString() const {
   char text[Lsn::kMaxTextSize + 1 + 10];
   char* end = commit_lsn.FormatTo(text);
   *end++ = ':';
-  char digits[10];
-  int count = 0;
-  uint32_t rest = index;
-  do {
-    digits[count++] = static_cast<char>('0' + rest % 10);
-    rest /= 10;
-  } while (rest != 0);
-  while (count > 0) *end++ = digits[--count];
+  end = std::to_chars(end, text + sizeof(text), index).ptr;  // At most 10 digits.
   return std::string(text, end);
 }
 
