@@ -163,6 +163,15 @@ absl::Status StreamReader::RunSession(Lsn start) {
   // slot counts as hearing from it (pg/walsender_watch.h): it is busy, not gone.
   uint64_t alive_seen = 0;
   bool busy_logged = false;  // This silent spell was logged.
+  // A reply request not answered yet. An idle walsender answers one within
+  // milliseconds, so the check over a second connection (a backend start each
+  // time) is asked for only when a request goes unanswered for probe_grace:
+  // asked with every probe, it ran on every idle stream every two intervals,
+  // and its confirmation, often read before the answer, was logged as a busy
+  // walsender. probe_grace is at most wal_sender_timeout / 4 (interval is at
+  // most half the timeout), so the check still has a quarter of it to finish.
+  absl::Time unanswered_since = absl::InfiniteFuture();
+  const absl::Duration probe_grace = interval / 2;
   for (;;) {
     if (stop_.load()) {
       // The last store gets a moment, so what was acked before the stop is
@@ -206,6 +215,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
     if (frames > 0 || !room) {
       last_heard = now;
       busy_logged = false;
+      unanswered_since = absl::InfiniteFuture();
     }
     if (const uint64_t alive = conn->alive_confirmations(); alive != alive_seen) {
       alive_seen = alive;
@@ -246,10 +256,14 @@ absl::Status StreamReader::RunSession(Lsn start) {
     if (due || persister_->durable() > durable_) {
       // Silent for a status interval: ask the walsender to answer.
       const bool probe = silence_limit > absl::ZeroDuration() && now - last_heard >= interval;
-      if (probe) conn->RequestAliveCheck();
       WALFEED_RETURN_IF_ERROR(SendStatusUpdate(*conn, probe));
+      if (probe) unanswered_since = std::min(unanswered_since, now);
       last_status_replied_ = reply_now;
       next_status = now + interval;
+    }
+    if (room && now - unanswered_since >= probe_grace) {
+      conn->RequestAliveCheck();
+      unanswered_since = absl::InfiniteFuture();  // The next probe may ask again.
     }
     // Coalescing (ReaderOptions::read_coalesce): after a turn that brought data
     // and emptied the socket, the socket is not polled for input for a moment; it
@@ -262,7 +276,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
                           : coalesce    ? std::min(next_status, now + options_.read_coalesce)
                                         : next_status;
     if (silence_limit > absl::ZeroDuration() && room) {
-      deadline = std::min(deadline, last_heard + silence_limit);
+      deadline = std::min({deadline, last_heard + silence_limit, unanswered_since + probe_grace});
     }
     WALFEED_ASSIGN_OR_RETURN(Readiness ready, conn->Wait(room && !coalesce, deadline, wake_fd_));
     if (ready.woken) DrainWakeFd();

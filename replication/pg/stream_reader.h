@@ -54,7 +54,9 @@
 //   arrives for wal_sender_timeout (the walsender's own limit for us) the
 //   connection is presumed dead (a black-holed network, a frozen host) and the
 //   session ends as transient, unless a check over a second connection, asked
-//   for with each probe, found the walsender still holding the slot: a
+//   for when a probe went unanswered for half a status interval (an idle
+//   walsender answers at once: idle streams start no backends), found the
+//   walsender still holding the slot: a
 //   walsender busy writing a large transaction to disk answers nothing for a
 //   while (pg/walsender_watch.h), and each confirmation counts as hearing from
 //   it. Otherwise the session ends as transient: the stream reports CONNECTING with the reason and

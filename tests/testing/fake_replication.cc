@@ -87,6 +87,11 @@ std::vector<absl::Duration> FakeLog::input_pauses() const {
   return input_pauses_;
 }
 
+std::vector<absl::Time> FakeLog::alive_checks() const {
+  absl::MutexLock lock(&mu_);
+  return alive_checks_;
+}
+
 class FakeConnection : public replication::ReplicationConnection {
  public:
   FakeConnection(FakeClock* clock, const Script& script, int session, std::shared_ptr<FakeLog> log)
@@ -173,6 +178,10 @@ class FakeConnection : public replication::ReplicationConnection {
   absl::Status FlushOutput() override { return absl::OkStatus(); }
   bool HasPendingOutput() const override { return false; }
   void RequestAliveCheck() override {
+    {
+      absl::MutexLock lock(&log_->mu_);
+      log_->alive_checks_.push_back(clock_->Now());
+    }
     if (busy_) ++alive_confirmations_;
   }
   uint64_t alive_confirmations() const override { return alive_confirmations_; }

@@ -94,6 +94,8 @@ class FakeLog {
   int finished() const ABSL_LOCKS_EXCLUDED(mu_);  // Sessions ended with Finish().
   // Waits made without asking for input while nothing was pending, and their length.
   std::vector<absl::Duration> input_pauses() const ABSL_LOCKS_EXCLUDED(mu_);
+  // When each check over a second connection (RequestAliveCheck) was asked for.
+  std::vector<absl::Time> alive_checks() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Runs on the loop's thread after every status update is recorded.
   std::function<void(const SentUpdate&)> on_update;
@@ -105,6 +107,7 @@ class FakeLog {
   std::vector<replication::Lsn> starts_ ABSL_GUARDED_BY(mu_);
   std::vector<SentUpdate> updates_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Duration> input_pauses_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> alive_checks_ ABSL_GUARDED_BY(mu_);
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -2,6 +2,7 @@
 // sleeps. The frames are the golden capture of a real PostgreSQL 15
 // (tests/golden/pg15_text.hex); the walsender around them is FakeOpener.
 // stream_reader_test.cc proves the same loop against a live server.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -329,10 +330,17 @@ TEST_F(StreamReaderUnitTest, AQuietServerThatAnswersProbesKeepsTheSession) {
               IsOk());
   EXPECT_THAT(sink_.disconnects(), SizeIs(0));
   EXPECT_EQ(log_->starts().size(), 1u);
+  int probes = 0;
+  for (const SentUpdate& u : log_->updates()) probes += u.reply_requested ? 1 : 0;
+  EXPECT_GE(probes, 5) << "an idle stream is silent, so it was probed";
+  EXPECT_THAT(log_->alive_checks(), SizeIs(0))
+      << "every probe was answered: no check over a second connection (a backend start)";
 }
 
 // A walsender busy writing a large transaction to disk answers nothing, but a
 // second connection sees it holding the slot: the session lives, probing on.
+// The check is asked for once a probe has gone unanswered for half a status
+// interval (0.5 s here: the interval is 1 s), never with the probe itself.
 TEST_F(StreamReaderUnitTest, ASilentWalsenderThatStillHoldsTheSlotKeepsTheSession) {
   const absl::Time start = clock_.Now();
   ASSERT_THAT(Run({Script().WalSenderTimeout(absl::Seconds(4)).Busy()},
@@ -343,6 +351,16 @@ TEST_F(StreamReaderUnitTest, ASilentWalsenderThatStillHoldsTheSlotKeepsTheSessio
   int probes = 0;
   for (const SentUpdate& u : log_->updates()) probes += u.reply_requested ? 1 : 0;
   EXPECT_GE(probes, 10) << "it kept asking the walsender itself too";
+  const std::vector<absl::Time> checks = log_->alive_checks();
+  ASSERT_GE(checks.size(), 5u);
+  for (const absl::Time at : checks) {
+    const std::vector<SentUpdate> updates = log_->updates();
+    auto probe = std::find_if(updates.rbegin(), updates.rend(), [&](const SentUpdate& u) {
+      return u.reply_requested && u.at <= at;
+    });
+    ASSERT_NE(probe, updates.rend());
+    EXPECT_EQ(at - probe->at, absl::Milliseconds(500)) << "the check waits out the grace";
+  }
 }
 
 // While the sink is full the socket is not read, so silence says nothing.
