@@ -8,6 +8,7 @@
 #ifndef WALFEED_REPLICATION_PG_PG_STREAM_SOURCE_H_
 #define WALFEED_REPLICATION_PG_PG_STREAM_SOURCE_H_
 
+#include <future>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -57,6 +58,9 @@ class PgStreamSource final : public StreamSource {
   std::unique_ptr<GroupCommitter> committer_;
   std::unique_ptr<CommittedConfirmedStore> confirmed_store_;
   std::optional<PreparedStream> prepared_;
+  // The deferred table checks of the last Prepare(), logging their warnings;
+  // waited for before the next one starts and on destruction.
+  std::future<void> table_warnings_;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

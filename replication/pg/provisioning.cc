@@ -334,12 +334,54 @@ absl::Status CheckTablesToPublish(PGconn* conn, const StreamConfig& config,
   return absl::OkStatus();
 }
 
+// What the existing `publications` publish, for the warnings below.
+struct PublishedTables {
+  std::set<TableName> tables;
+  std::set<std::pair<TableName, std::string>> unusable;  // Leaves without an identity.
+};
+
+absl::Status ReadPublishedTables(PGconn* conn, const std::vector<std::string>& publications,
+                                 PublishedTables* published) {
+  for (const std::string& publication : publications) {
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr tables, Exec(conn, kPublishedTablesQuery, {publication}));
+    for (int row = 0; row < PQntuples(tables.get()); ++row) {
+      published->tables.insert(TableName{Text(tables.get(), row, 0), Text(tables.get(), row, 1)});
+    }
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr identity,
+                             Exec(conn, kPublishedIdentityQuery, {publication}));
+    CollectMissingIdentity(identity.get(), &published->unusable);
+  }
+  return absl::OkStatus();
+}
+
+// The table warnings: configured tables no existing publication covers (only
+// when every publication exists: walfeed does not alter publications, so it
+// says what would), then tables whose UPDATE/DELETE would fail.
+void AppendTableWarnings(const StreamConfig& config, const std::vector<std::string>& existing,
+                         bool all_exist, const PublishedTables& published,
+                         std::vector<std::string>* warnings) {
+  if (all_exist) {
+    for (const TableName& table : ConfigTables(config)) {
+      if (published.tables.count(table) != 0) continue;
+      warnings->push_back(absl::StrCat(
+          "table ", table.Quoted(), " is listed in tables but not published by ",
+          QuotedList(existing),
+          "; walfeed never alters an existing publication: to stream it run ALTER PUBLICATION ",
+          Quoted(existing.front()), " ADD TABLE ", table.Quoted(), " (and backfill it)"));
+    }
+  }
+  for (const auto& [table, reason] : published.unusable) {
+    warnings->push_back(MissingIdentityWarning(table, reason));
+  }
+}
+
 // The checks behind Preflight() on an open SQL connection. `check_capacity`
 // says whether to check that a slot and a WAL sender are free; Provision()
 // skips that after creating the slot, when its own walsender may still be
-// exiting.
+// exiting. `table_checks` kDeferred leaves out the table warnings' queries
+// when every publication exists (report.table_checks_deferred).
 absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config,
-                                        bool check_capacity) {
+                                        bool check_capacity, TableChecks table_checks) {
   WALFEED_ASSIGN_OR_RETURN(const ServerState server, ReadServerState(conn));
   WALFEED_RETURN_IF_ERROR(CheckServer(server));
   PreflightReport report;
@@ -351,22 +393,16 @@ absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config
     WALFEED_RETURN_IF_ERROR(CheckSlot(slot.get(), config, server, &report));
   }
 
-  std::set<std::pair<TableName, std::string>> unusable;
-  std::set<TableName> published;
   for (const std::string& publication : config.publication_names) {
     WALFEED_ASSIGN_OR_RETURN(PgResultPtr exists, Exec(conn, kPublicationQuery, {publication}));
-    if (PQntuples(exists.get()) == 0) {
-      report.missing_publications.push_back(publication);
-      continue;
-    }
-    report.existing_publications.push_back(publication);
-    WALFEED_ASSIGN_OR_RETURN(PgResultPtr tables, Exec(conn, kPublishedTablesQuery, {publication}));
-    for (int row = 0; row < PQntuples(tables.get()); ++row) {
-      published.insert(TableName{Text(tables.get(), row, 0), Text(tables.get(), row, 1)});
-    }
-    WALFEED_ASSIGN_OR_RETURN(PgResultPtr identity,
-                             Exec(conn, kPublishedIdentityQuery, {publication}));
-    CollectMissingIdentity(identity.get(), &unusable);
+    (PQntuples(exists.get()) == 0 ? report.missing_publications : report.existing_publications)
+        .push_back(publication);
+  }
+  report.table_checks_deferred =
+      table_checks == TableChecks::kDeferred && report.publications_exist();
+  PublishedTables published;
+  if (!report.table_checks_deferred) {
+    WALFEED_RETURN_IF_ERROR(ReadPublishedTables(conn, report.existing_publications, &published));
   }
 
   if (!report.missing_publications.empty()) {
@@ -382,7 +418,7 @@ absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config
           report.missing_publications.size() == 1 ? "it" : "them", " (before the slot) with: ",
           absl::StrJoin(commands, "; "), "; or set create_missing to true"));
     }
-    WALFEED_RETURN_IF_ERROR(CheckTablesToPublish(conn, config, &unusable));
+    WALFEED_RETURN_IF_ERROR(CheckTablesToPublish(conn, config, &published.unusable));
     if (report.slot_exists) {
       report.warnings.push_back(
           SlotOlderThanPublicationsWarning(config.slot_name, report.missing_publications));
@@ -418,21 +454,9 @@ absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config
     }
   }
 
-  // Tables the config asks for that no existing publication covers: walfeed does
-  // not alter publications, so say what would.
-  if (report.missing_publications.empty()) {
-    for (const TableName& table : ConfigTables(config)) {
-      if (published.count(table) != 0) continue;
-      report.warnings.push_back(absl::StrCat(
-          "table ", table.Quoted(), " is listed in tables but not published by ",
-          QuotedList(report.existing_publications),
-          "; walfeed never alters an existing publication: to stream it run ALTER PUBLICATION ",
-          Quoted(report.existing_publications.front()), " ADD TABLE ", table.Quoted(),
-          " (and backfill it)"));
-    }
-  }
-  for (const auto& [table, reason] : unusable) {
-    report.warnings.push_back(MissingIdentityWarning(table, reason));
+  if (!report.table_checks_deferred) {
+    AppendTableWarnings(config, report.existing_publications, report.publications_exist(),
+                        published, &report.warnings);
   }
   return report;
 }
@@ -489,16 +513,35 @@ std::string CreateSlotSql(absl::string_view slot_name) {
 absl::StatusOr<PreflightReport> Preflight(const StreamConfig& config) {
   WALFEED_RETURN_IF_ERROR(config.Validate());
   WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kSql));
-  return Inspect(conn.get(), config, /*check_capacity=*/true);
+  return Inspect(conn.get(), config, /*check_capacity=*/true, TableChecks::kNow);
 }
 
-absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config) {
+absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config,
+                                              TableChecks table_checks) {
   WALFEED_RETURN_IF_ERROR(config.Validate());
   Inspected inspected;
   WALFEED_ASSIGN_OR_RETURN(inspected.conn, Connect(config.conninfo, ConnectionKind::kSql));
-  WALFEED_ASSIGN_OR_RETURN(inspected.report,
-                           Inspect(inspected.conn.get(), config, /*check_capacity=*/true));
+  WALFEED_ASSIGN_OR_RETURN(
+      inspected.report,
+      Inspect(inspected.conn.get(), config, /*check_capacity=*/true, table_checks));
   return inspected;
+}
+
+absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const StreamConfig& config) {
+  WALFEED_RETURN_IF_ERROR(config.Validate());
+  WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kSql));
+  std::vector<std::string> existing;
+  for (const std::string& publication : config.publication_names) {
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr exists,
+                             Exec(conn.get(), kPublicationQuery, {publication}));
+    if (PQntuples(exists.get()) != 0) existing.push_back(publication);
+  }
+  PublishedTables published;
+  WALFEED_RETURN_IF_ERROR(ReadPublishedTables(conn.get(), existing, &published));
+  std::vector<std::string> warnings;
+  AppendTableWarnings(config, existing, existing.size() == config.publication_names.size(),
+                      published, &warnings);
+  return warnings;
 }
 
 absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config,
@@ -561,7 +604,8 @@ absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected 
     // (plugin, temporary, two-phase, in use) exactly as preflight would.
   }
 
-  WALFEED_ASSIGN_OR_RETURN(result.report, Inspect(conn, config, /*check_capacity=*/false));
+  WALFEED_ASSIGN_OR_RETURN(result.report,
+                           Inspect(conn, config, /*check_capacity=*/false, TableChecks::kNow));
   if (before.slot_exists && result.created_publication) {
     result.report.warnings.push_back(
         SlotOlderThanPublicationsWarning(config.slot_name, before.missing_publications));

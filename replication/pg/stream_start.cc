@@ -33,7 +33,7 @@ StartReads StartReads::Begin(const StreamConfig& config, std::string checkpoint_
     if (abandoned->load()) {
       results.inspection = absl::CancelledError("not inspected: start-up was abandoned");
     } else {
-      results.inspection = InspectForProvision(config);
+      results.inspection = InspectForProvision(config, TableChecks::kDeferred);
     }
     return results;
   };

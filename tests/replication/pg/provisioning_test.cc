@@ -24,6 +24,7 @@ namespace walfeed::replication::pg {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -379,6 +380,40 @@ TEST_F(ProvisioningTest, WarnsAboutPublishedTablesWithoutReplicaIdentity) {
   EXPECT_THAT(report->warnings[2], AllOf(HasSubstr("table \"public\".\"nothing\""),
                                          HasSubstr("REPLICA IDENTITY NOTHING")));
   EXPECT_THAT(report->warnings[3], HasSubstr("table \"public\".\"parted_1\""));
+}
+
+// A stream's start-up defers the table warnings' queries (TableChecks) when
+// every publication exists; PublishedTableWarnings() then finds exactly what
+// Preflight() reports. With a publication missing nothing is deferred.
+TEST_F(ProvisioningTest, DeferredTableChecksFindWhatPreflightFinds) {
+  CreateSlotAndPublication();
+  Sql("CREATE TABLE nopk (a int)");
+  Sql("CREATE TABLE listed (id int PRIMARY KEY)");
+  Sql(absl::StrCat("ALTER PUBLICATION ", kPublication, " ADD TABLE nopk"));
+  StreamConfig config = Config();
+  config.tables = {"public.nopk", "public.listed"};  // "listed" is not published.
+
+  absl::StatusOr<PreflightReport> full = Preflight(config);
+  ASSERT_THAT(full, IsOk());
+  ASSERT_THAT(full->warnings, SizeIs(2)) << ::testing::PrintToString(full->warnings);
+  EXPECT_THAT(full->warnings[0], HasSubstr("\"public\".\"listed\" is listed in tables"));
+  EXPECT_THAT(full->warnings[1], HasSubstr("table \"public\".\"nopk\""));
+  EXPECT_FALSE(full->table_checks_deferred);
+
+  absl::StatusOr<Inspected> deferred = InspectForProvision(config, TableChecks::kDeferred);
+  ASSERT_THAT(deferred, IsOk());
+  EXPECT_TRUE(deferred->report.table_checks_deferred);
+  EXPECT_THAT(deferred->report.warnings, IsEmpty());
+  absl::StatusOr<std::vector<std::string>> later = PublishedTableWarnings(config);
+  ASSERT_THAT(later, IsOk());
+  EXPECT_EQ(*later, full->warnings);
+
+  config.publication_names = {kPublication, "not_yet"};
+  config.create_missing = true;
+  deferred = InspectForProvision(config, TableChecks::kDeferred);
+  ASSERT_THAT(deferred, IsOk());
+  EXPECT_FALSE(deferred->report.table_checks_deferred) << "a publication is to be created";
+  EXPECT_THAT(deferred->report.warnings, Contains(HasSubstr("table \"public\".\"nopk\"")));
 }
 
 TEST_F(ProvisioningTest, WarnsBeforeCreatingAPublication) {
