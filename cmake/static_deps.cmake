@@ -13,7 +13,8 @@
 # holds two copies of Abseil or Protobuf (one from an archive, one from a shared
 # object): their globals (descriptor pools, mutex state) must be one.
 
-# CMake's FindProtobuf reads this before it looks for the library.
+# CMake's FindProtobuf reads this before it looks for the library (on a fresh
+# cache; walfeed_use_static_deps() re-points the target whatever the cache holds).
 set(Protobuf_USE_STATIC_LIBS ON)
 
 # The archive beside a shared object: /x/libfoo.so[.N...] -> /x/libfoo.a.
@@ -26,22 +27,24 @@ function(_walfeed_archive_for so_path out_var)
   set(${out_var} "${archive}" PARENT_SCOPE)
 endfunction()
 
-# Points every imported library target of the given names at its archive.
-# Called after find_package(absl) and find_package(gRPC).
+# Points every imported library target of Abseil, gRPC (and its c-ares) and
+# Protobuf at its archive. Called after find_package(absl), (Protobuf), (gRPC).
 function(walfeed_use_static_deps)
   get_directory_property(imported IMPORTED_TARGETS)
   set(absl_libraries "")
   foreach(target IN LISTS imported)
-    if(NOT target MATCHES "^(absl|gRPC)::" AND NOT target STREQUAL "c-ares::cares")
+    if(NOT target MATCHES "^(absl|gRPC)::" AND NOT target STREQUAL "c-ares::cares"
+       AND NOT target STREQUAL "protobuf::libprotobuf")
       continue()
     endif()
     get_target_property(type ${target} TYPE)
     if(type STREQUAL "INTERFACE_LIBRARY" OR type STREQUAL "EXECUTABLE")
       continue()  # Header-only Abseil parts; protoc plugins.
     endif()
-    foreach(property IMPORTED_LOCATION_NONE IMPORTED_LOCATION)
+    foreach(property IMPORTED_LOCATION_NONE IMPORTED_LOCATION IMPORTED_LOCATION_RELEASE
+                     IMPORTED_LOCATION_DEBUG)
       get_target_property(location ${target} ${property})
-      if(location)
+      if(location AND NOT location MATCHES "\\.a$")
         _walfeed_archive_for("${location}" archive)
         set_target_properties(${target} PROPERTIES ${property} "${archive}")
       endif()
@@ -72,4 +75,21 @@ function(walfeed_use_static_deps)
     endforeach()
     set_target_properties(re2::re2 PROPERTIES INTERFACE_LINK_LIBRARIES "${static_links}")
   endif()
+endfunction()
+
+# WALFEED_STATIC_DEPS=OFF after a configure with it on: FindProtobuf's cached
+# archive would sit beside gRPC's shared objects, which load the shared
+# Protobuf (two copies in one process). Point the target at the shared object.
+function(walfeed_use_shared_protobuf)
+  foreach(property IMPORTED_LOCATION IMPORTED_LOCATION_RELEASE IMPORTED_LOCATION_DEBUG)
+    get_target_property(location protobuf::libprotobuf ${property})
+    if(location MATCHES "\\.a$")
+      string(REGEX REPLACE "\\.a$" ".so" shared "${location}")
+      if(NOT EXISTS "${shared}")
+        message(FATAL_ERROR "no shared Protobuf beside ${location}: delete the build "
+                            "directory's CMakeCache.txt and configure again")
+      endif()
+      set_target_properties(protobuf::libprotobuf PROPERTIES ${property} "${shared}")
+    endif()
+  endforeach()
 endfunction()

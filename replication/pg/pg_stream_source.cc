@@ -1,6 +1,8 @@
 #include "replication/pg/pg_stream_source.h"
 
 #include <algorithm>
+#include <chrono>
+#include <system_error>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -43,20 +45,31 @@ absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
                     config.initial_snapshot ? &steps : nullptr);
   if (!prepared.ok()) return prepared.status();
   prepared_ = *prepared;
-  if (prepared->provisioned.report.table_checks_deferred) {
-    // The table warnings were left out of the start-up's critical path
-    // (provisioning.h, TableChecks): looked for now, beside the stream's start.
-    table_warnings_ = std::async(std::launch::async, [config] {
-      absl::StatusOr<std::vector<std::string>> warnings = PublishedTableWarnings(config);
-      if (!warnings.ok()) {
-        spdlog::warn("stream {}: could not check the published tables' replica identities: {}",
-                     config.name, warnings.status().ToString());
-        return;
-      }
-      for (const std::string& warning : *warnings) {
-        spdlog::warn("stream {}: {}", config.name, warning);
-      }
-    });
+  // The table warnings were left out of the start-up's critical path
+  // (provisioning.h, TableChecks): looked for now, beside the stream's start.
+  // Not again while an earlier Prepare's check still runs (replacing its
+  // future would wait for it); its queries are bounded by timeouts.
+  const bool checking = table_warnings_.valid() &&
+                        table_warnings_.wait_for(std::chrono::seconds(0)) !=
+                            std::future_status::ready;
+  if (prepared->provisioned.report.table_checks_deferred && !checking) {
+    try {
+      table_warnings_ = std::async(std::launch::async, [config] {
+        absl::StatusOr<std::vector<std::string>> warnings = PublishedTableWarnings(config);
+        if (!warnings.ok()) {
+          spdlog::warn("stream {}: could not check the published tables (coverage of the "
+                       "configured tables, replica identities): {}",
+                       config.name, warnings.status().ToString());
+          return;
+        }
+        for (const std::string& warning : *warnings) {
+          spdlog::warn("stream {}: {}", config.name, warning);
+        }
+      });
+    } catch (const std::system_error& e) {
+      spdlog::warn("stream {}: the published tables were not checked (no thread: {})",
+                   config.name, e.what());
+    }
   }
   PreparedSource result;
   result.plan = prepared->plan;

@@ -530,6 +530,12 @@ absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config,
 absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const StreamConfig& config) {
   WALFEED_RETURN_IF_ERROR(config.Validate());
   WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kSql));
+  // It runs beside a live stream, and a server shutdown waits for it: bounded
+  // (pg_partition_tree waits for the lock of a partitioned table being altered).
+  WALFEED_RETURN_IF_ERROR(
+      Exec(conn.get(), "SELECT set_config('statement_timeout', '5s', false), "
+                       "set_config('lock_timeout', '2s', false)")
+          .status());
   std::vector<std::string> existing;
   for (const std::string& publication : config.publication_names) {
     WALFEED_ASSIGN_OR_RETURN(PgResultPtr exists,

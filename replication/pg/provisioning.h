@@ -134,7 +134,8 @@ absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected 
                                           const SnapshotSteps* snapshot = nullptr);
 
 // The table warnings of a report with table_checks_deferred, on a connection
-// of their own: what Preflight() would have added to its warnings.
+// of their own (its queries time out after 5 s, lock waits after 2 s): what
+// Preflight() would have added to its warnings.
 absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const StreamConfig& config);
 
 // The statement that creates `publication` as walfeed would (FOR TABLE the

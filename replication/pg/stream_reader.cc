@@ -168,10 +168,15 @@ absl::Status StreamReader::RunSession(Lsn start) {
   // time) is asked for only when a request goes unanswered for probe_grace:
   // asked with every probe, it ran on every idle stream every two intervals,
   // and its confirmation, often read before the answer, was logged as a busy
-  // walsender. probe_grace is at most wal_sender_timeout / 4 (interval is at
-  // most half the timeout), so the check still has a quarter of it to finish.
+  // walsender. Never later than three quarters of the silence limit, though:
+  // a probe goes out on the status cadence, up to two intervals into a
+  // silence, and the check must have time to finish before the limit.
   absl::Time unanswered_since = absl::InfiniteFuture();
   const absl::Duration probe_grace = interval / 2;
+  const auto check_due = [&] {
+    return std::max(unanswered_since, std::min(unanswered_since + probe_grace,
+                                               last_heard + silence_limit * 3 / 4));
+  };
   for (;;) {
     if (stop_.load()) {
       // The last store gets a moment, so what was acked before the stop is
@@ -261,7 +266,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
       last_status_replied_ = reply_now;
       next_status = now + interval;
     }
-    if (room && now - unanswered_since >= probe_grace) {
+    if (room && now >= check_due()) {
       conn->RequestAliveCheck();
       unanswered_since = absl::InfiniteFuture();  // The next probe may ask again.
     }
@@ -276,7 +281,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
                           : coalesce    ? std::min(next_status, now + options_.read_coalesce)
                                         : next_status;
     if (silence_limit > absl::ZeroDuration() && room) {
-      deadline = std::min({deadline, last_heard + silence_limit, unanswered_since + probe_grace});
+      deadline = std::min({deadline, last_heard + silence_limit, check_due()});
     }
     WALFEED_ASSIGN_OR_RETURN(Readiness ready, conn->Wait(room && !coalesce, deadline, wake_fd_));
     if (ready.woken) DrainWakeFd();

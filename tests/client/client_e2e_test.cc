@@ -514,6 +514,7 @@ TEST_F(ClientE2eTest, CompactEventsResolvedAgainstTheirShapesEqualTheFullForm) {
   Running full(Options("full"));
   std::vector<ChangeEvent> resolved;
   size_t compact_events = 0;
+  std::set<std::string> compact_ids;  // Events that came in the compact form.
   absl::Mutex resolved_mu;
   SubscriberOptions compact_options = Options("compact");
   compact_options.event_form = walfeed::v1::EVENT_FORM_COMPACT;
@@ -524,6 +525,7 @@ TEST_F(ClientE2eTest, CompactEventsResolvedAgainstTheirShapesEqualTheFullForm) {
       const walfeed::v1::RelationShape* shape = batch.shape(i);
       if (shape != nullptr) {
         ++compact_events;
+        compact_ids.insert(event.id());
         std::vector<int> keys;
         for (int c = 0; c < shape->columns_size(); ++c) {
           if (shape->columns(c).key()) keys.push_back(c);
@@ -569,10 +571,18 @@ TEST_F(ClientE2eTest, CompactEventsResolvedAgainstTheirShapesEqualTheFullForm) {
   std::string inserted;  // The insert's id: the last event of both consumers.
   {
     absl::MutexLock lock(&resolved_mu);
-    auto eighth = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return compact_events >= 8; };
-    ASSERT_TRUE(resolved_mu.AwaitWithTimeout(absl::Condition(&eighth), kDeadline))
-        << "the new session gets the shapes again";
-    inserted = resolved.back().id();
+    auto arrived = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      for (const ChangeEvent& event : resolved) {
+        if (event.op() == walfeed::v1::OPERATION_INSERT && event.new_values_size() > 0 &&
+            event.new_values(0).text() == "5") {
+          inserted = event.id();
+          return true;
+        }
+      }
+      return false;
+    };
+    ASSERT_TRUE(resolved_mu.AwaitWithTimeout(absl::Condition(&arrived), kDeadline));
+    ASSERT_EQ(compact_ids.count(inserted), 1u) << "the new session gets the shapes again";
   }
   ASSERT_TRUE(full.WaitForAcked(inserted));
   full.Stop();

@@ -29,6 +29,8 @@ using ::testing::ElementsAreArray;
 using ::testing::Each;
 using ::testing::Ge;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 using ::walfeed::testing::FakeClock;
 using ::walfeed::testing::FakeLog;
@@ -363,6 +365,25 @@ TEST_F(StreamReaderUnitTest, ASilentWalsenderThatStillHoldsTheSlotKeepsTheSessio
   }
 }
 
+// The check is never asked for so late that it cannot finish before the
+// silence limit: with wal_sender_timeout 2 s the status interval is 1 s, and a
+// silence that began just after a tick is probed only at the second tick,
+// 1.9 s in; waiting out the grace there would pass the limit.
+TEST_F(StreamReaderUnitTest, ABusyWalsenderIsCheckedBeforeTheSilenceLimitWhateverTheCadence) {
+  const absl::Time start = clock_.Now();
+  ASSERT_THAT(
+      Run({Script()
+               .WalSenderTimeout(absl::Seconds(2))
+               .Busy()
+               .Frame(walfeed::testing::EncodeKeepalive(Lsn(0x5000), 0, false),
+                      absl::Milliseconds(100))},
+          [&](const SentUpdate& u) { return u.at - start >= absl::Seconds(20); }),
+      IsOk());
+  EXPECT_THAT(sink_.disconnects(), SizeIs(0));
+  EXPECT_EQ(log_->starts().size(), 1u);
+  EXPECT_THAT(log_->alive_checks(), Not(IsEmpty()));
+}
+
 // While the sink is full the socket is not read, so silence says nothing.
 TEST_F(StreamReaderUnitTest, SilenceIsNotJudgedWhileTheSinkIsFull) {
   const absl::Time start = clock_.Now();
@@ -371,6 +392,7 @@ TEST_F(StreamReaderUnitTest, SilenceIsNotJudgedWhileTheSinkIsFull) {
                   [&](const SentUpdate& u) { return u.at - start >= absl::Seconds(20); }),
               IsOk());
   EXPECT_THAT(sink_.disconnects(), SizeIs(0));
+  EXPECT_THAT(log_->alive_checks(), IsEmpty());
 }
 
 // A fast shutdown waits for the walsender's last data to be confirmed; a full
