@@ -34,6 +34,7 @@ namespace walfeed::server {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::walfeed::testing::IsOk;
 
 const std::string kRoot = WALFEED_SOURCE_DIR;
@@ -189,8 +190,17 @@ TEST_F(DeployFilesTest, TheDockerfileUsesTheTestedScripts) {
   const Outcome packages = RunCommand({"bash", kRoot + "/deploy/runtime-packages.sh",
                                 WALFEED_SERVER_BINARY, WALFEED_CLI_BINARY});
   EXPECT_EQ(packages.exit_code, 0) << packages.output;
-  for (const char* package : {"libpq5", "libprotobuf32", "libyaml-cpp0.7", "libsystemd0"}) {
+  for (const char* package : {"libpq5", "libyaml-cpp0.7", "libsystemd0"}) {
     EXPECT_THAT(packages.output, HasSubstr(package));
+  }
+  // gRPC, Protobuf and Abseil are linked from their archives by default
+  // (WALFEED_STATIC_DEPS): the image needs none of their packages then.
+  if (WALFEED_STATIC_DEPS_LINKED) {
+    for (const char* package : {"libprotobuf", "libgrpc", "libabsl"}) {
+      EXPECT_THAT(packages.output, Not(HasSubstr(package)));
+    }
+  } else {
+    EXPECT_THAT(packages.output, HasSubstr("libprotobuf32"));
   }
 }
 
