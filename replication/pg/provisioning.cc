@@ -334,6 +334,17 @@ absl::Status CheckTablesToPublish(PGconn* conn, const StreamConfig& config,
   return absl::OkStatus();
 }
 
+// Splits the configured publications by whether they exist, in config order.
+absl::Status FindPublications(PGconn* conn, const StreamConfig& config,
+                              std::vector<std::string>* existing,
+                              std::vector<std::string>* missing) {
+  for (const std::string& publication : config.publication_names) {
+    WALFEED_ASSIGN_OR_RETURN(PgResultPtr exists, Exec(conn, kPublicationQuery, {publication}));
+    (PQntuples(exists.get()) == 0 ? *missing : *existing).push_back(publication);
+  }
+  return absl::OkStatus();
+}
+
 // What the existing `publications` publish, for the warnings below.
 struct PublishedTables {
   std::set<TableName> tables;
@@ -393,11 +404,8 @@ absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config
     WALFEED_RETURN_IF_ERROR(CheckSlot(slot.get(), config, server, &report));
   }
 
-  for (const std::string& publication : config.publication_names) {
-    WALFEED_ASSIGN_OR_RETURN(PgResultPtr exists, Exec(conn, kPublicationQuery, {publication}));
-    (PQntuples(exists.get()) == 0 ? report.missing_publications : report.existing_publications)
-        .push_back(publication);
-  }
+  WALFEED_RETURN_IF_ERROR(FindPublications(conn, config, &report.existing_publications,
+                                           &report.missing_publications));
   report.table_checks_deferred =
       table_checks == TableChecks::kDeferred && report.publications_exist();
   PublishedTables published;
@@ -537,16 +545,12 @@ absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const StreamConf
                        "set_config('lock_timeout', '2s', false)")
           .status());
   std::vector<std::string> existing;
-  for (const std::string& publication : config.publication_names) {
-    WALFEED_ASSIGN_OR_RETURN(PgResultPtr exists,
-                             Exec(conn.get(), kPublicationQuery, {publication}));
-    if (PQntuples(exists.get()) != 0) existing.push_back(publication);
-  }
+  std::vector<std::string> missing;  // Dropped since the start-up's preflight.
+  WALFEED_RETURN_IF_ERROR(FindPublications(conn.get(), config, &existing, &missing));
   PublishedTables published;
   WALFEED_RETURN_IF_ERROR(ReadPublishedTables(conn.get(), existing, &published));
   std::vector<std::string> warnings;
-  AppendTableWarnings(config, existing, existing.size() == config.publication_names.size(),
-                      published, &warnings);
+  AppendTableWarnings(config, existing, missing.empty(), published, &warnings);
   return warnings;
 }
 
