@@ -21,6 +21,15 @@ std::string Quote(absl::string_view text, char quote) {
 
 std::string QuoteIdentifier(absl::string_view identifier) { return Quote(identifier, '"'); }
 
+std::string QuoteIdentifierList(const std::vector<std::string>& identifiers) {
+  std::string out;
+  for (const std::string& identifier : identifiers) {
+    if (!out.empty()) out += ", ";
+    out += QuoteIdentifier(identifier);
+  }
+  return out;
+}
+
 std::string QuoteLiteral(absl::string_view literal) { return Quote(literal, '\''); }
 
 std::string ArrayLiteral(const std::vector<std::string>& elements) {

@@ -19,6 +19,8 @@ namespace walfeed::replication {
 // `"identifier"`, inner double quotes doubled. Names are always sent quoted, so
 // case and special characters are kept.
 std::string QuoteIdentifier(absl::string_view identifier);
+// `"a", "b"`: each name quoted as above, for lists in remedies and warnings.
+std::string QuoteIdentifierList(const std::vector<std::string>& identifiers);
 // `'literal'`, inner single quotes doubled (standard_conforming_strings is on in
 // every supported server, so backslashes are literal).
 std::string QuoteLiteral(absl::string_view literal);

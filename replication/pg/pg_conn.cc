@@ -229,4 +229,13 @@ std::optional<std::string> Value(const PGresult* result, int row, int column) {
                      static_cast<size_t>(PQgetlength(result, row, column)));
 }
 
+std::string TextValue(const PGresult* result, int row, int column) {
+  return Value(result, row, column).value_or("");
+}
+
+bool BoolValue(const PGresult* result, int row, int column) {
+  return !PQgetisnull(result, row, column) &&
+         absl::string_view(PQgetvalue(result, row, column)) == "t";
+}
+
 }  // namespace walfeed::replication::pg

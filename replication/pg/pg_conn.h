@@ -70,6 +70,9 @@ absl::StatusCode CodeForSqlState(absl::string_view sqlstate);
 
 // Value of row `row`, column `column`, or nullopt for NULL.
 std::optional<std::string> Value(const PGresult* result, int row, int column);
+// The same with NULL read as "", and a boolean column's value (NULL is false).
+std::string TextValue(const PGresult* result, int row, int column);
+bool BoolValue(const PGresult* result, int row, int column);
 
 }  // namespace walfeed::replication::pg
 

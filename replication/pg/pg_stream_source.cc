@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "replication/pg/pg_backfill_database.h"
 #include "replication/pg/slot_report.h"
+#include "replication/pg/table_checks.h"
 #include "replication/retry.h"
 #include "replication/status_macros.h"
 #include "spdlog/spdlog.h"

@@ -6,13 +6,14 @@
 #include "replication/pg/provisioning.h"
 
 #include <optional>
-#include <set>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "replication/pg/pg_conn.h"
+#include "replication/pg/table_checks.h"
+#include "replication/sql_text.h"
 #include "replication/status_macros.h"
 
 namespace walfeed::replication::pg {
@@ -44,56 +45,6 @@ constexpr char kCapacityQuery[] =
     "SELECT (SELECT count(*) FROM pg_replication_slots), "
     "(SELECT count(*) FROM pg_stat_replication)";
 
-constexpr char kPublicationQuery[] = "SELECT puballtables FROM pg_publication WHERE pubname = $1";
-
-constexpr char kPublishedTablesQuery[] =
-    "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1";
-
-// Replica identity is enforced on the leaf table an UPDATE/DELETE touches, so
-// each query below yields leaves: schema, table, relreplident, has a primary
-// key, has its REPLICA IDENTITY USING INDEX index. WALFEED_LEAVES_OF_PC maps
-// relation `pc` to its leaf partitions when it is partitioned and to itself
-// otherwise (pg_partition_tree returns nothing for a plain table).
-// clang-format off
-#define WALFEED_IDENTITY_COLUMNS                                                                 \
-  "n.nspname, c.relname, c.relreplident, "                                                       \
-  "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), "              \
-  "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident) "
-#define WALFEED_LEAVES_OF_PC                                                                     \
-  "CROSS JOIN LATERAL (SELECT t.relid FROM pg_partition_tree(pc.oid) t "                         \
-  "WHERE t.isleaf AND pc.relkind = 'p' UNION ALL SELECT pc.oid WHERE pc.relkind <> 'p') "        \
-  "leaf JOIN pg_class c ON c.oid = leaf.relid "                                                  \
-  "JOIN pg_namespace n ON n.oid = c.relnamespace "
-
-// Leaves published by an existing publication that publishes UPDATE or DELETE.
-constexpr char kPublishedIdentityQuery[] =
-    "SELECT " WALFEED_IDENTITY_COLUMNS
-    "FROM pg_publication p "
-    "JOIN pg_publication_tables pt ON pt.pubname = p.pubname "
-    "JOIN pg_namespace pn ON pn.nspname = pt.schemaname "
-    "JOIN pg_class pc ON pc.relnamespace = pn.oid AND pc.relname = pt.tablename "
-    WALFEED_LEAVES_OF_PC "WHERE p.pubname = $1 AND (p.pubupdate OR p.pubdelete)";
-
-// One configured table (to be published FOR TABLE): its kind, then its leaves.
-constexpr char kTableKindQuery[] =
-    "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE n.nspname = $1 AND c.relname = $2";
-constexpr char kTableIdentityQuery[] =
-    "SELECT " WALFEED_IDENTITY_COLUMNS
-    "FROM pg_class pc JOIN pg_namespace pn ON pn.oid = pc.relnamespace "
-    WALFEED_LEAVES_OF_PC "WHERE pn.nspname = $1 AND pc.relname = $2";
-
-// Every table FOR ALL TABLES would publish: permanent user tables outside the
-// system schemas (16384 = FirstNormalObjectId).
-constexpr char kAllTablesIdentityQuery[] =
-    "SELECT " WALFEED_IDENTITY_COLUMNS
-    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE c.relkind = 'r' AND c.relpersistence = 'p' AND c.oid >= 16384 "
-    "AND n.nspname NOT IN ('pg_catalog', 'information_schema')";
-
-// clang-format on
-#undef WALFEED_IDENTITY_COLUMNS
-#undef WALFEED_LEAVES_OF_PC
 
 struct ServerState {
   int version_num = 0;
@@ -108,17 +59,9 @@ struct ServerState {
   std::string backend_pid;
 };
 
-std::string Text(const PGresult* result, int row, int column) {
-  return Value(result, row, column).value_or("");
-}
-
-bool Bool(const PGresult* result, int row, int column) {
-  return Value(result, row, column) == std::optional<std::string>("t");
-}
-
 int64_t Int(const PGresult* result, int row, int column) {
   int64_t value = 0;
-  if (!absl::SimpleAtoi(Text(result, row, column), &value)) return 0;
+  if (!absl::SimpleAtoi(TextValue(result, row, column), &value)) return 0;
   return value;
 }
 
@@ -132,12 +75,6 @@ Lsn LsnValue(const PGresult* result, int row, int column) {
 
 std::string Quoted(absl::string_view text) { return QuoteIdentifier(text); }
 
-std::string QuotedList(const std::vector<std::string>& names) {
-  return absl::StrJoin(names, ", ", [](std::string* out, const std::string& name) {
-    out->append(QuoteIdentifier(name));
-  });
-}
-
 absl::StatusOr<ServerState> ReadServerState(PGconn* conn) {
   WALFEED_ASSIGN_OR_RETURN(PgResultPtr result, Exec(conn, kServerQuery));
   if (PQntuples(result.get()) != 1) {
@@ -147,15 +84,15 @@ absl::StatusOr<ServerState> ReadServerState(PGconn* conn) {
   const PGresult* r = result.get();
   ServerState state;
   state.version_num = static_cast<int>(Int(r, 0, 0));
-  state.version = Text(r, 0, 1);
-  state.wal_level = Text(r, 0, 2);
+  state.version = TextValue(r, 0, 1);
+  state.wal_level = TextValue(r, 0, 2);
   state.max_replication_slots = Int(r, 0, 3);
   state.max_wal_senders = Int(r, 0, 4);
-  state.role = Text(r, 0, 5);
-  state.superuser = Bool(r, 0, 6);
-  state.replication = Bool(r, 0, 7);
-  state.database = Text(r, 0, 8);
-  state.backend_pid = Text(r, 0, 9);
+  state.role = TextValue(r, 0, 5);
+  state.superuser = BoolValue(r, 0, 6);
+  state.replication = BoolValue(r, 0, 7);
+  state.database = TextValue(r, 0, 8);
+  state.backend_pid = TextValue(r, 0, 9);
   return state;
 }
 
@@ -187,9 +124,9 @@ absl::Status CheckSlot(const PGresult* r, const StreamConfig& config, const Serv
   const std::string slot = Quoted(config.slot_name);
   const std::string drop =
       absl::StrCat("SELECT pg_drop_replication_slot(", QuoteLiteral(config.slot_name), ")");
-  const std::string type = Text(r, 0, 0);
-  const std::string database = Text(r, 0, 1);
-  const std::string plugin = Text(r, 0, 2);
+  const std::string type = TextValue(r, 0, 0);
+  const std::string database = TextValue(r, 0, 1);
+  const std::string plugin = TextValue(r, 0, 2);
   const std::optional<std::string> active_pid = Value(r, 0, 5);
   if (type != "logical") {
     return absl::FailedPreconditionError(
@@ -211,13 +148,13 @@ absl::Status CheckSlot(const PGresult* r, const StreamConfig& config, const Serv
         "creates a new slot, or drop this slot if nothing else reads it (",
         drop, ")"));
   }
-  if (Bool(r, 0, 3)) {
+  if (BoolValue(r, 0, 3)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "replication slot ", slot, " is temporary (owned by process ", active_pid.value_or("?"),
         "; it vanishes when that session ends, and with it the stream position): set "
         "slot_name to an unused name so walfeed creates a permanent slot"));
   }
-  if (Bool(r, 0, 4)) {
+  if (BoolValue(r, 0, 4)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "replication slot ", slot,
         " was created with two-phase decoding (two_phase = true), which walfeed does "
@@ -226,7 +163,7 @@ absl::Status CheckSlot(const PGresult* r, const StreamConfig& config, const Serv
         drop, ")"));
   }
   const Lsn confirmed = LsnValue(r, 0, 6);
-  const std::string wal_status = Text(r, 0, 8);
+  const std::string wal_status = TextValue(r, 0, 8);
   if (wal_status == "lost") {
     return absl::DataLossError(absl::StrCat(
         "replication slot ", slot,
@@ -250,140 +187,16 @@ absl::Status CheckSlot(const PGresult* r, const StreamConfig& config, const Serv
   return absl::OkStatus();
 }
 
-// Adds the leaf tables in `r` (rows of the identity columns) that have no
-// usable replica identity to `unusable`, with the reason.
-void CollectMissingIdentity(const PGresult* r,
-                            std::set<std::pair<TableName, std::string>>* unusable) {
-  for (int row = 0; row < PQntuples(r); ++row) {
-    const std::string identity = Text(r, row, 2);
-    const bool has_primary_key = Bool(r, row, 3);
-    const bool has_identity_index = Bool(r, row, 4);
-    std::string reason;
-    if (identity == "n") {
-      reason = "REPLICA IDENTITY NOTHING";
-    } else if (identity == "d" && !has_primary_key) {
-      reason = "REPLICA IDENTITY DEFAULT but no primary key";
-    } else if (identity == "i" && !has_identity_index) {
-      reason = "REPLICA IDENTITY USING INDEX but that index no longer exists";
-    } else {
-      continue;
-    }
-    unusable->emplace(TableName{Text(r, row, 0), Text(r, row, 1)}, std::move(reason));
-  }
-}
-
-std::string MissingIdentityWarning(const TableName& table, absl::string_view reason) {
-  return absl::StrCat(
-      "table ", table.Quoted(), " has no usable replica identity (", reason,
-      "): while it is in a publication that publishes updates or deletes, every UPDATE "
-      "and DELETE on it fails on the primary (\"does not have a replica identity and "
-      "publishes updates\"); add a primary key or run ALTER TABLE ",
-      table.Quoted(), " REPLICA IDENTITY FULL");
-}
-
 // pgoutput (PostgreSQL 15) errors on a change that precedes a publication it
 // was asked for, so a slot created before its publications may not progress.
 std::string SlotOlderThanPublicationsWarning(absl::string_view slot_name,
                                              const std::vector<std::string>& publications) {
   return absl::StrCat(
       "replication slot ", Quoted(slot_name), " existed before publication(s) ",
-      QuotedList(publications),
+      QuoteIdentifierList(publications),
       ": PostgreSQL 15 cannot decode changes the slot holds from before a publication "
       "existed (error: publication ... does not exist); if streaming fails that way, drop "
       "and recreate the slot and re-snapshot");
-}
-
-std::vector<TableName> ConfigTables(const StreamConfig& config) {
-  std::vector<TableName> tables;
-  for (const std::string& entry : config.tables) {
-    absl::StatusOr<TableName> table = ParseTableName(entry);
-    if (table.ok()) tables.push_back(*std::move(table));
-  }
-  return tables;
-}
-
-// Checks the configured tables exist and are tables, before a publication is
-// created FOR TABLE them, and collects their replica identity problems.
-absl::Status CheckTablesToPublish(PGconn* conn, const StreamConfig& config,
-                                  std::set<std::pair<TableName, std::string>>* unusable) {
-  const std::vector<TableName> tables = ConfigTables(config);
-  if (tables.empty()) {
-    WALFEED_ASSIGN_OR_RETURN(PgResultPtr all, Exec(conn, kAllTablesIdentityQuery));
-    CollectMissingIdentity(all.get(), unusable);
-    return absl::OkStatus();
-  }
-  for (const TableName& table : tables) {
-    WALFEED_ASSIGN_OR_RETURN(PgResultPtr kind,
-                             Exec(conn, kTableKindQuery, {table.schema, table.table}));
-    if (PQntuples(kind.get()) == 0) {
-      return absl::NotFoundError(absl::StrCat(
-          "table ", table.Quoted(), " (listed in tables) does not exist, so publication(s) ",
-          "cannot be created FOR TABLE it: create the table or fix the entry (names are "
-          "case-sensitive)"));
-    }
-    const std::string relkind = Text(kind.get(), 0, 0);
-    if (relkind != "r" && relkind != "p") {
-      return absl::FailedPreconditionError(
-          absl::StrCat(table.Quoted(), " (listed in tables) is not a table (relkind '", relkind,
-                       "'); only tables can be published: remove it from tables"));
-    }
-    WALFEED_ASSIGN_OR_RETURN(PgResultPtr leaves,
-                             Exec(conn, kTableIdentityQuery, {table.schema, table.table}));
-    CollectMissingIdentity(leaves.get(), unusable);
-  }
-  return absl::OkStatus();
-}
-
-// Splits the configured publications by whether they exist, in config order.
-absl::Status FindPublications(PGconn* conn, const StreamConfig& config,
-                              std::vector<std::string>* existing,
-                              std::vector<std::string>* missing) {
-  for (const std::string& publication : config.publication_names) {
-    WALFEED_ASSIGN_OR_RETURN(PgResultPtr exists, Exec(conn, kPublicationQuery, {publication}));
-    (PQntuples(exists.get()) == 0 ? *missing : *existing).push_back(publication);
-  }
-  return absl::OkStatus();
-}
-
-// What the existing `publications` publish, for the warnings below.
-struct PublishedTables {
-  std::set<TableName> tables;
-  std::set<std::pair<TableName, std::string>> unusable;  // Leaves without an identity.
-};
-
-absl::Status ReadPublishedTables(PGconn* conn, const std::vector<std::string>& publications,
-                                 PublishedTables* published) {
-  for (const std::string& publication : publications) {
-    WALFEED_ASSIGN_OR_RETURN(PgResultPtr tables, Exec(conn, kPublishedTablesQuery, {publication}));
-    for (int row = 0; row < PQntuples(tables.get()); ++row) {
-      published->tables.insert(TableName{Text(tables.get(), row, 0), Text(tables.get(), row, 1)});
-    }
-    WALFEED_ASSIGN_OR_RETURN(PgResultPtr identity,
-                             Exec(conn, kPublishedIdentityQuery, {publication}));
-    CollectMissingIdentity(identity.get(), &published->unusable);
-  }
-  return absl::OkStatus();
-}
-
-// The table warnings: configured tables no existing publication covers (only
-// when every publication exists: walfeed does not alter publications, so it
-// says what would), then tables whose UPDATE/DELETE would fail.
-void AppendTableWarnings(const StreamConfig& config, const std::vector<std::string>& existing,
-                         bool all_exist, const PublishedTables& published,
-                         std::vector<std::string>* warnings) {
-  if (all_exist) {
-    for (const TableName& table : ConfigTables(config)) {
-      if (published.tables.count(table) != 0) continue;
-      warnings->push_back(absl::StrCat(
-          "table ", table.Quoted(), " is listed in tables but not published by ",
-          QuotedList(existing),
-          "; walfeed never alters an existing publication: to stream it run ALTER PUBLICATION ",
-          Quoted(existing.front()), " ADD TABLE ", table.Quoted(), " (and backfill it)"));
-    }
-  }
-  for (const auto& [table, reason] : published.unusable) {
-    warnings->push_back(MissingIdentityWarning(table, reason));
-  }
 }
 
 // The checks behind Preflight() on an open SQL connection. `check_capacity`
@@ -421,7 +234,7 @@ absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config
       }
       return absl::NotFoundError(absl::StrCat(
           report.missing_publications.size() == 1 ? "publication " : "publications ",
-          QuotedList(report.missing_publications), " not found in database ",
+          QuoteIdentifierList(report.missing_publications), " not found in database ",
           Quoted(server.database), " and create_missing is false: create ",
           report.missing_publications.size() == 1 ? "it" : "them", " (before the slot) with: ",
           absl::StrJoin(commands, "; "), "; or set create_missing to true"));
@@ -533,25 +346,6 @@ absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config,
       inspected.report,
       Inspect(inspected.conn.get(), config, /*check_capacity=*/true, table_checks));
   return inspected;
-}
-
-absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const StreamConfig& config) {
-  WALFEED_RETURN_IF_ERROR(config.Validate());
-  WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kSql));
-  // It runs beside a live stream, and a server shutdown waits for it: bounded
-  // (pg_partition_tree waits for the lock of a partitioned table being altered).
-  WALFEED_RETURN_IF_ERROR(
-      Exec(conn.get(), "SELECT set_config('statement_timeout', '5s', false), "
-                       "set_config('lock_timeout', '2s', false)")
-          .status());
-  std::vector<std::string> existing;
-  std::vector<std::string> missing;  // Dropped since the start-up's preflight.
-  WALFEED_RETURN_IF_ERROR(FindPublications(conn.get(), config, &existing, &missing));
-  PublishedTables published;
-  WALFEED_RETURN_IF_ERROR(ReadPublishedTables(conn.get(), existing, &published));
-  std::vector<std::string> warnings;
-  AppendTableWarnings(config, existing, missing.empty(), published, &warnings);
-  return warnings;
 }
 
 absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config,

@@ -52,7 +52,7 @@ struct PreflightReport {
   std::vector<std::string> warnings;
   // The table warnings (tables listed but not published, tables whose UPDATE or
   // DELETE would fail for want of a replica identity) were not looked for: see
-  // TableChecks. PublishedTableWarnings() finds them.
+  // TableChecks. PublishedTableWarnings() (table_checks.h) finds them.
   bool table_checks_deferred = false;
 };
 
@@ -132,11 +132,6 @@ absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config,
                                               TableChecks table_checks = TableChecks::kNow);
 absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected inspected,
                                           const SnapshotSteps* snapshot = nullptr);
-
-// The table warnings of a report with table_checks_deferred, on a connection
-// of their own (its queries time out after 5 s, lock waits after 2 s): what
-// Preflight() would have added to its warnings.
-absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const StreamConfig& config);
 
 // The statement that creates `publication` as walfeed would (FOR TABLE the
 // config's tables, or FOR ALL TABLES), identifiers quoted. `config` must be valid.

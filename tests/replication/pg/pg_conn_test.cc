@@ -95,6 +95,8 @@ TEST(PgConnUnitTest, ConnectionFailuresAreClassifiedBySqlStateNotWording) {
 TEST(PgConnUnitTest, Quoting) {
   EXPECT_EQ(QuoteIdentifier("My\"Slot"), "\"My\"\"Slot\"");
   EXPECT_EQ(QuoteLiteral("it's \\ fine"), "'it''s \\ fine'");
+  EXPECT_EQ(QuoteIdentifierList({"pub", "My\"Pub"}), "\"pub\", \"My\"\"Pub\"");
+  EXPECT_EQ(QuoteIdentifierList({}), "");
 }
 
 class PgConnTest : public ::testing::Test {
@@ -107,12 +109,18 @@ TEST_F(PgConnTest, ExecWithParametersAndNulls) {
   absl::StatusOr<PgConnPtr> conn = Connect(pg_->ConnInfo(), ConnectionKind::kSql);
   ASSERT_THAT(conn, IsOk());
   absl::StatusOr<PgResultPtr> result =
-      Exec(conn->get(), "SELECT $1::text, $2::text, current_setting('application_name')",
+      Exec(conn->get(),
+           "SELECT $1::text, $2::text, current_setting('application_name'), true, false, "
+           "NULL::bool",
            {std::string("a'b"), std::nullopt});
   ASSERT_THAT(result, IsOk());
   EXPECT_EQ(Value(result->get(), 0, 0), "a'b");
   EXPECT_EQ(Value(result->get(), 0, 1), std::nullopt);
+  EXPECT_EQ(TextValue(result->get(), 0, 1), "");
   EXPECT_EQ(Value(result->get(), 0, 2), "walfeed");
+  EXPECT_TRUE(BoolValue(result->get(), 0, 3));
+  EXPECT_FALSE(BoolValue(result->get(), 0, 4));
+  EXPECT_FALSE(BoolValue(result->get(), 0, 5));
 }
 
 TEST_F(PgConnTest, ConninfoApplicationNameWins) {

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "replication/pg/pg_conn.h"
+#include "replication/pg/table_checks.h"
 #include "replication/stream_config.h"
 #include "replication/retry.h"
 #include "tests/testing/pg_cluster.h"

@@ -1,0 +1,67 @@
+// The table checks behind the preflight's warnings and its refusal to publish
+// what is not a table: which configured publications exist, what they publish,
+// and which published (or to-be-published) leaf tables lack a usable replica
+// identity, so that their UPDATE and DELETE would fail on the primary.
+//
+// Provisioning runs them inside its preflight (provisioning.h); a stream's
+// start-up defers them when they decide nothing and runs
+// PublishedTableWarnings() beside the live stream instead (TableChecks).
+#ifndef WALFEED_REPLICATION_PG_TABLE_CHECKS_H_
+#define WALFEED_REPLICATION_PG_TABLE_CHECKS_H_
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "replication/pg/pg_conn.h"
+#include "replication/stream_config.h"
+
+namespace walfeed::replication::pg {
+
+// Leaf tables without a usable replica identity, each with the reason.
+using UnusableTables = std::set<std::pair<TableName, std::string>>;
+
+// What existing publications publish.
+struct PublishedTables {
+  std::set<TableName> tables;
+  UnusableTables unusable;  // Leaves of publications that publish UPDATE or DELETE.
+};
+
+// config.tables parsed (entries that do not parse are left out: Validate()
+// rejects them first).
+std::vector<TableName> ConfigTables(const StreamConfig& config);
+
+// Splits config.publication_names by whether they exist, in config order.
+absl::Status FindPublications(PGconn* conn, const StreamConfig& config,
+                              std::vector<std::string>* existing,
+                              std::vector<std::string>* missing);
+
+// Before publications are created FOR TABLE config.tables (or FOR ALL TABLES):
+// checks each listed table exists and is a table, and adds the leaves that
+// would lack a replica identity to `unusable`. NotFound / FailedPrecondition
+// name the entry to fix.
+absl::Status CheckTablesToPublish(PGconn* conn, const StreamConfig& config,
+                                  UnusableTables* unusable);
+
+// What `publications` (which exist) publish, added to `published`.
+absl::Status ReadPublishedTables(PGconn* conn, const std::vector<std::string>& publications,
+                                 PublishedTables* published);
+
+// The table warnings, appended to `warnings`: configured tables that `existing`
+// does not publish (only when `all_exist`: walfeed never alters a publication,
+// so it says what would), then tables whose UPDATE/DELETE would fail.
+void AppendTableWarnings(const StreamConfig& config, const std::vector<std::string>& existing,
+                         bool all_exist, const PublishedTables& published,
+                         std::vector<std::string>* warnings);
+
+// The warnings a report with table_checks_deferred left out, on a connection
+// of their own (its queries time out after 5 s, lock waits after 2 s): what
+// Preflight() would have added to its warnings.
+absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const StreamConfig& config);
+
+}  // namespace walfeed::replication::pg
+
+#endif  // WALFEED_REPLICATION_PG_TABLE_CHECKS_H_
