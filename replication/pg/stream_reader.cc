@@ -197,6 +197,10 @@ absl::Status StreamReader::RunSession(Lsn start) {
     int frames = 0;
     int frames_since_read = 0;
     bool caught_up = false;  // The socket had nothing more.
+    // What a frame's arrival is stamped with (stats_.last_data_at): one clock
+    // read per turn, not per frame, which a turn's length makes no coarser to
+    // an operator's "is it moving?".
+    turn_started_ = clock_->Now();
     while (room) {
       WALFEED_ASSIGN_OR_RETURN(std::optional<CopyFrame> frame, conn->TryRead());
       if (!frame) {
@@ -332,7 +336,7 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
   absl::MutexLock lock(&stats_mu_);
   ++stats_.frames;
   stats_.wal_bytes += data.payload.size();
-  stats_.last_data_at = clock_->Now();
+  stats_.last_data_at = turn_started_;
   return absl::OkStatus();
 }
 

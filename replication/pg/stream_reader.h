@@ -199,6 +199,7 @@ class StreamReader {
   absl::Time last_persist_ = absl::InfinitePast();  // When a store was last requested.
   bool last_session_streamed_ = false;  // The last session received data.
   absl::Time last_status_sent_ = absl::InfinitePast();  // Our last status update.
+  absl::Time turn_started_ = absl::InfinitePast();  // When this read turn began.
   bool last_status_replied_ = false;  // It answered a reply request.
   // A reply request sooner than this after our last status update is not a
   // timeout ping (those come wal_sender_timeout / 2 after it; margin halves it).
