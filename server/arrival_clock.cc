@@ -1,9 +1,17 @@
 #include "server/arrival_clock.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <iterator>
 
 namespace walfeed::server {
+
+absl::Time ArrivalClock::CoarseNow() {
+  timespec now;
+  if (clock_gettime(CLOCK_REALTIME_COARSE, &now) != 0) return absl::Now();
+  return absl::TimeFromTimespec(now);
+}
 
 void ArrivalClock::Arrived(EventId id, absl::Time now) {
   const EventId previous = last_;

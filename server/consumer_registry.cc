@@ -411,7 +411,7 @@ void ConsumerRegistry::TrimLocked() {
   if (options_.spill != nullptr) options_.spill->TrimThrough(floor);
 }
 absl::Status ConsumerRegistry::Append(BufferedEvent event) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = ArrivalClock::CoarseNow();
   absl::MutexLock lock(&mu_);
   const EventId id = event.id;
   absl::Status appended = buffer_.Append(std::move(event));

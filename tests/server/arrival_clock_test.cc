@@ -66,5 +66,18 @@ TEST(ArrivalClockTest, ThinningBoundsMemoryAndKeepsEstimatesWithinTwoIntervals) 
   }
 }
 
+// The stamp is the wall clock to a tick: behind it by at most a few ms (a
+// tick is 1-10 ms; the bound leaves room for a preempted test), never ahead
+// beyond the two clocks' rounding.
+TEST(ArrivalClockTest, TheCoarseClockIsTheWallClockToATick) {
+  for (int i = 0; i < 100; ++i) {
+    const absl::Time before = absl::Now();
+    const absl::Time coarse = ArrivalClock::CoarseNow();
+    const absl::Time after = absl::Now();
+    EXPECT_LE(coarse, after + absl::Microseconds(100));
+    EXPECT_GT(coarse, before - absl::Milliseconds(50));
+  }
+}
+
 }  // namespace
 }  // namespace walfeed::server
