@@ -18,8 +18,16 @@
 namespace walfeed::replication::pg {
 
 absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
-  // Begun first, so that they overlap opening the checkpoint store.
-  StartReads reads = StartReads::Begin(options_.config, options_.checkpoint_schema);
+  // Begun first, so that they overlap opening the checkpoint store; at
+  // start-up they were begun with the lead's attempt (early_reads_).
+  std::optional<StartReads> early;
+  {
+    absl::MutexLock lock(&lead_mu_);
+    if (early_reads_) early.emplace(std::move(*early_reads_));
+    early_reads_.reset();  // Moved from: waits for nothing.
+  }
+  StartReads reads = early ? std::move(*early)
+                           : StartReads::Begin(options_.config, options_.checkpoint_schema);
   if (!committer_) {
     absl::StatusOr<std::unique_ptr<PgCheckpointStore>> store = PgCheckpointStore::Open(
         {options_.checkpoint_conninfo.empty() ? options_.config.conninfo
@@ -261,7 +269,15 @@ PgStreamSource::PgStreamSource(SourceOptions options)
 
 absl::StatusOr<bool> PgStreamSource::TryLead() {
   absl::MutexLock lock(&lead_mu_);
+  if (!lead_tried_) {
+    lead_tried_ = true;
+    // Read-only, so harmless without the lead; what they read is as fresh as
+    // when Prepare() begins them, since nothing confirms the slot past what
+    // the checkpoint store holds, which Prepare() loads after taking the lead.
+    early_reads_.emplace(StartReads::Begin(options_.config, options_.checkpoint_schema));
+  }
   absl::StatusOr<bool> leads = lead_.TryAcquire();
+  if (!leads.ok() || !*leads) early_reads_.reset();  // Abandoned: no preflight begins.
   absl::MutexLock state(&mu_);
   leader_ = leads.ok() ? lead_.holder() : "";
   return leads;

@@ -1,6 +1,7 @@
 // PgStreamSource: the StreamSource (replication/stream_source.h) of a stream in
 // PostgreSQL. main wires it into the server; nothing else in the server knows it.
 //
+//   TryLead(): LeaderLock (the first call also begins the StartReads)
 //   Prepare(): PgCheckpointStore::Open (once) ─► GroupCommitter ─► PrepareStream
 //   Run():     StreamReader (PgReplicationOpener) with the store's committer
 //              persisting the confirmed position (CommittedConfirmedStore)
@@ -10,6 +11,7 @@
 
 #include <future>
 #include <memory>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -74,6 +76,13 @@ class PgStreamSource final : public StreamSource {
   // threads, serialized here; Leader() reads leader_ without waiting on them.
   absl::Mutex lead_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   LeaderLock lead_ ABSL_GUARDED_BY(lead_mu_);
+  // The first TryLead() (the process's start-up) begins the start's read-only
+  // reads beside the lock's own connection, and the Prepare() after it takes
+  // them: the lead's round trips no longer come before theirs. A lead not
+  // taken abandons them. Later attempts (a standby's polls, a lead taken
+  // again) leave them to Prepare(), so a standby opens nothing while it waits.
+  bool lead_tried_ ABSL_GUARDED_BY(lead_mu_) = false;
+  std::optional<StartReads> early_reads_ ABSL_GUARDED_BY(lead_mu_);
 };
 
 // The StreamSourceFactory main hands to the server.
