@@ -45,8 +45,9 @@ class ArrivalClock {
 
   // When the first event after `after` arrived, given that `newest` is the
   // newest event appended: nullopt when there is none (nothing after `after`).
-  // Exact when that event is a sample, otherwise less than 2 × interval()
-  // early (a lag computed from it errs on the long side).
+  // The time it was stamped with when that event is a sample (the registry
+  // stamps with CoarseNow(): at most a tick early), otherwise less than
+  // 2 × interval() early (a lag computed from it errs on the long side).
   std::optional<absl::Time> FirstArrivalAfter(EventId after, EventId newest) const;
 
   EventId newest() const { return last_; }  // EventId{} before any event.
