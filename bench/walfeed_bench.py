@@ -545,7 +545,8 @@ def main():
     ap.add_argument('mode', choices=['live', 'fanout', 'memory', 'backfill', 'all'])
     ap.add_argument('--quick', action='store_true', help='smaller sizes, fewer cases: all of it in under 10 minutes')
     ap.add_argument('--harness', help='the peer harness directory (run.py, pg-up.sh); `all` runs catch-up with it')
-    ap.add_argument('--keep', action='store_true', help='keep the temporary directory (logs) at the end')
+    ap.add_argument('--keep', action='store_true',
+                    help='keep the temporary directory (logs) at the end (a failed run keeps it anyway)')
     ap.add_argument('--chunk-rows', type=int, help='backfill: rows per chunk (default: the server\'s)')
     a = ap.parse_args()
     global BACKFILL_CHUNK_ROWS
@@ -561,15 +562,18 @@ def main():
         log('walfeed_bench.py: no --harness: the catch-up comparison is skipped (no ratio_min)')
     tmp = tempfile.mkdtemp(prefix='walfeed-bench.')
     cluster = Cluster(tmp)
+    failed = True
     try:
         for mode, fn in (('live', live_mode), ('fanout', fanout_mode), ('memory', memory_mode),
                          ('backfill', backfill_mode)):
             if a.mode in (mode, 'all'):
                 results += fn(tmp, cluster, a.quick)
+        failed = False
     finally:
         cluster.stop()
-        if a.keep:
-            log('kept %s' % tmp)
+        # A failed run keeps its servers' logs: the failure may not come back.
+        if a.keep or failed:
+            log('kept %s (the servers\' logs, the cluster)' % tmp)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     print(summary_table(results))

@@ -142,9 +142,13 @@ class Subscriber {
     std::vector<std::string_view> pieces;
     std::string session_id;
     uint64_t since_ack = 0;
+    bool stream_ended = false;  // The server (or the connection) ended it.
     while (ok && out.events < flags_.events && out.error.empty()) {
       call->Read(&frame, reinterpret_cast<void*>(4));
-      if (!Step(cq, 4)) break;
+      if (!Step(cq, 4)) {
+        stream_ended = true;
+        break;
+      }
       slices.clear();
       pieces.clear();
       if (!frame.Dump(&slices).ok()) {
@@ -176,7 +180,9 @@ class Subscriber {
       }
     }
     out.done = Clock::now();
-    context.TryCancel();
+    // Cancelled only when this side stopped reading: a stream that ended on
+    // its own reports why (a cancel first would report CANCELLED instead).
+    if (!stream_ended) context.TryCancel();
     grpc::Status status;
     call->Finish(&status, reinterpret_cast<void*>(5));
     cq.Shutdown();
