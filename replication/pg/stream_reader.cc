@@ -196,7 +196,8 @@ absl::Status StreamReader::RunSession(Lsn start) {
     // again, up to kMaxDrainFrames so that status updates stay on time.
     int frames = 0;
     int frames_since_read = 0;
-    bool caught_up = false;  // The socket had nothing more.
+    size_t bytes_since_read = 0;
+    bool caught_up = false;  // The socket had nothing more, or little (below).
     // What a frame's arrival is stamped with (stats_.last_data_at): one clock
     // read per turn, not per frame, which a turn's length makes no coarser to
     // an operator's "is it moving?".
@@ -204,14 +205,25 @@ absl::Status StreamReader::RunSession(Lsn start) {
     while (room) {
       WALFEED_ASSIGN_OR_RETURN(std::optional<CopyFrame> frame, conn->TryRead());
       if (!frame) {
-        caught_up = frames_since_read == 0;
+        // A read that brought little found the socket all but drained: with a
+        // read window the rest waits for it. Reading again at once would take
+        // the walsender's messages as they trickle in, a few per read, and
+        // every such read has the kernel acknowledge them at once, so the
+        // walsender's sends never coalesce: on W1 it then sent one TCP
+        // segment per message, and the loopback path of each segment,
+        // charged to the walsender, made it the costliest part of the drain.
+        caught_up = frames_since_read == 0 ||
+                    (options_.read_coalesce > absl::ZeroDuration() &&
+                     bytes_since_read < kSmallRead);
         if (caught_up) break;
         WALFEED_RETURN_IF_ERROR(conn->ConsumeInput());
         frames_since_read = 0;
+        bytes_since_read = 0;
         continue;
       }
       ++frames;
       ++frames_since_read;
+      bytes_since_read += frame->bytes().size();
       last_session_streamed_ = true;
       WALFEED_RETURN_IF_ERROR(HandleFrame(frame->bytes(), &reply_now));
       room = sink_->HasRoom();

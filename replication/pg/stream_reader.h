@@ -116,12 +116,15 @@ struct ReaderOptions {
   // 0: random per reader, so instances restarted together do not reconnect in
   // lockstep; tests may fix it.
   uint64_t backoff_seed = 0;
-  // After a read that emptied the socket, wait this long (or for Stop/Wake)
-  // before reading it again, so that the next read finds more. A reader that
-  // wakes for every message the walsender writes makes the walsender pay a
-  // wake-up per message: on a backlog of single-row transactions, reading at
-  // once gave about a quarter less throughput and a third more walsender CPU
-  // per event than 1 ms (docs/performance.md). The cost is at most this much
+  // After a read that emptied the socket, or brought less than kSmallRead,
+  // wait this long (or for Stop/Wake) before reading it again, so that the
+  // next read finds more. A reader that wakes for every message the walsender
+  // writes makes the walsender pay a wake-up per message: on a backlog of
+  // single-row transactions, reading at once gave about a quarter less
+  // throughput and a third more walsender CPU per event than 1 ms
+  // (docs/performance.md). One that reads again at once while messages
+  // trickle in has each of them acknowledged by the kernel as it comes, and
+  // the walsender's sends then go out one TCP segment each. The cost is at most this much
   // added latency for changes that arrive during the window; the first change
   // after a quiet period is read at once. Zero reads as soon as anything arrives.
   absl::Duration read_coalesce = absl::Milliseconds(1);
@@ -179,6 +182,9 @@ class StreamReader {
   static constexpr int kShutdownQuickRequests = 10;
   // Frames handled per turn of the loop at most (between status-update checks).
   static constexpr int kMaxDrainFrames = 4096;
+  // A read that brought less than this (libpq reads up to 8-16 kB at once)
+  // ends the turn when there is a read window (read_coalesce).
+  static constexpr size_t kSmallRead = 4096;
   // How long a stopping reader waits for its last store before the final update.
   static constexpr absl::Duration kFinalStoreWait = absl::Seconds(2);
 

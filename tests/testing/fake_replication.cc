@@ -46,6 +46,13 @@ Script& Script::Frames(const std::vector<std::vector<uint8_t>>& frames) {
   return *this;
 }
 
+Script& Script::Trickle(const std::vector<std::vector<uint8_t>>& frames) {
+  for (const auto& frame : frames) {
+    steps_.push_back(Step{absl::ZeroDuration(), frame, absl::OkStatus(), /*trickles=*/true});
+  }
+  return *this;
+}
+
 Script& Script::Fail(absl::Status status, absl::Duration after) {
   steps_.push_back(Step{after, {}, std::move(status)});
   return *this;
@@ -105,7 +112,7 @@ class FakeConnection : public replication::ReplicationConnection {
     absl::Time at = clock->Now();
     for (const Script::Step& step : script.steps()) {
       at += step.after;
-      pending_.push_back(Pending{at, step.frame, step.failure});
+      pending_.push_back(Pending{at, step.frame, step.failure, step.trickles});
     }
   }
 
@@ -116,11 +123,12 @@ class FakeConnection : public replication::ReplicationConnection {
     if (clock_->Now() > limit_) {
       return absl::FailedPreconditionError("the fake's simulated time limit passed");
     }
-    if (pending_.empty() || pending_.front().at > clock_->Now()) {
+    if (pending_.empty() || !Visible(pending_.front())) {
       return std::optional<replication::CopyFrame>();
     }
     Pending next = std::move(pending_.front());
     pending_.pop_front();
+    last_visible_read_ = reads_;
     if (!next.failure.ok()) {
       broken_ = next.failure;
       return broken_;
@@ -142,7 +150,10 @@ class FakeConnection : public replication::ReplicationConnection {
         replication::CopyFrame(data, next.frame.size(), FreeNew));
   }
 
-  absl::Status ConsumeInput() override { return broken_; }
+  absl::Status ConsumeInput() override {
+    ++reads_;
+    return broken_;
+  }
 
   absl::Status Send(absl::Span<const uint8_t> message) override {
     if (!broken_.ok()) return broken_;
@@ -228,7 +239,15 @@ class FakeConnection : public replication::ReplicationConnection {
     absl::Time at;
     std::vector<uint8_t> frame;
     absl::Status failure;
+    bool trickles = false;
   };
+  // A trickling frame is visible once a read followed the one that made the
+  // frame before it visible.
+  bool Visible(const Pending& next) const {
+    return next.at <= clock_->Now() && (!next.trickles || reads_ > last_visible_read_);
+  }
+  int reads_ = 0;               // ConsumeInput() calls.
+  int last_visible_read_ = -1;  // reads_ when the last frame was handed out.
   FakeClock* const clock_;
   const int session_;
   const std::shared_ptr<FakeLog> log_;

@@ -53,9 +53,15 @@ class Script {
     absl::Duration after;
     std::vector<uint8_t> frame;  // Empty for a failure.
     absl::Status failure;        // The connection breaks with it (and stays broken).
+    // Arrives while the previous frame is being read: visible only to a read
+    // (ConsumeInput) after the one that brought the previous frame, as
+    // messages trickling into a socket come a few per read.
+    bool trickles = false;
   };
   Script& Frame(std::vector<uint8_t> bytes, absl::Duration after = absl::ZeroDuration());
   Script& Frames(const std::vector<std::vector<uint8_t>>& frames);
+  // `frames`, each arriving during the read of the one before (Step::trickles).
+  Script& Trickle(const std::vector<std::vector<uint8_t>>& frames);
   Script& Fail(absl::Status status, absl::Duration after = absl::ZeroDuration());
   Script& WalSenderTimeout(absl::Duration timeout);
   // A black hole: a status update that requests a reply gets none (a live

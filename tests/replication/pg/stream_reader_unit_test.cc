@@ -474,6 +474,53 @@ TEST_F(StreamReaderUnitTest, ReadCoalesceWaitsAfterAReadAndNeverBeforeTheFirst) 
   }
 }
 
+// The capture's first frame after a quiet second, then the rest of its first
+// transaction trickling in one frame per read (each read small); the number of
+// trickling frames goes to `trickled`.
+Script FirstTransactionTrickling(size_t* trickled) {
+  const Frames& all = Golden();
+  size_t first_commit = 0;
+  while (Tag(all[first_commit]) != 'C') ++first_commit;
+  const Frames trickling(all.begin() + 1, all.begin() + first_commit + 1);
+  *trickled = trickling.size();
+  Script script;
+  script.Frame(all[0], absl::Seconds(1)).Trickle(trickling);
+  return script;
+}
+
+// With a read window each small read ends the turn and the next read waits the
+// window, so that the socket fills between reads: reading again at once would
+// take each message alone and have the kernel acknowledge it, and the
+// walsender's sends would never coalesce.
+TEST_F(StreamReaderUnitTest, WithAReadWindowASmallReadEndsTheTurn) {
+  options_.read_coalesce = absl::Milliseconds(20);
+  const absl::Time start = clock_.Now();
+  size_t trickled = 0;
+  const Script script = FirstTransactionTrickling(&trickled);
+  ASSERT_GE(trickled, 2u);
+  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }),
+              IsOk());
+  // A window after the first frame's read and after each trickled one's but
+  // the last (the commit, whose read ends the transaction).
+  EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(trickled)));
+  EXPECT_THAT(log_->input_pauses(), Each(absl::Milliseconds(20)));
+  ASSERT_FALSE(sink_.commits().empty());
+  EXPECT_GE(sink_.times().back() - start,
+            absl::Seconds(1) + absl::Milliseconds(20) * static_cast<int64_t>(trickled - 1));
+}
+
+// Without one they are read in one turn, as they come.
+TEST_F(StreamReaderUnitTest, WithoutAReadWindowTricklingMessagesAreReadInOneTurn) {
+  const absl::Time start = clock_.Now();
+  size_t trickled = 0;
+  const Script script = FirstTransactionTrickling(&trickled);
+  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }),
+              IsOk());
+  EXPECT_THAT(log_->input_pauses(), SizeIs(0));
+  ASSERT_FALSE(sink_.commits().empty());
+  for (absl::Time t : sink_.times()) EXPECT_EQ(t, start + absl::Seconds(1));
+}
+
 TEST_F(StreamReaderUnitTest, WithoutCoalescingEveryArrivalIsReadAtOnce) {
   const absl::Time start = clock_.Now();
   const Frames& all = Golden();
