@@ -212,9 +212,16 @@ class ScriptedSource : public replication::StreamSource {
   // Waits (woken by Wake) until the sink has room; false when stopped.
   bool AwaitRoom(replication::StreamSink* sink) {
     for (;;) {
+      // The wakes counted before the check: a Wake() between the check and the
+      // wait must end the wait (counted after the check, it was lost, and the
+      // source waited for a wake that had come; seen once in CI).
+      int seen = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        seen = wakes_;
+      }
       if (sink->HasRoom()) return true;
       absl::MutexLock lock(&mu_);
-      const int seen = wakes_;
       auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopped_ || interrupted_ || wakes_ > seen;
       };
