@@ -20,14 +20,13 @@ namespace walfeed::replication::pg {
 absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
   // Begun first, so that they overlap opening the checkpoint store; at
   // start-up they were begun with the lead's attempt (early_reads_).
-  std::optional<StartReads> early;
-  {
+  StartReads reads = [this] {
     absl::MutexLock lock(&lead_mu_);
-    if (early_reads_) early.emplace(std::move(*early_reads_));
+    if (!early_reads_) return StartReads::Begin(options_.config, options_.checkpoint_schema);
+    StartReads taken = std::move(*early_reads_);
     early_reads_.reset();  // Moved from: waits for nothing.
-  }
-  StartReads reads = early ? std::move(*early)
-                           : StartReads::Begin(options_.config, options_.checkpoint_schema);
+    return taken;
+  }();
   if (!committer_) {
     absl::StatusOr<std::unique_ptr<PgCheckpointStore>> store = PgCheckpointStore::Open(
         {options_.checkpoint_conninfo.empty() ? options_.config.conninfo
