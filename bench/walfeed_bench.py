@@ -458,6 +458,23 @@ def backfill_mode(tmp, cluster, quick):
 DIRECT_PEERS = ['recvlogical-pgoutput', 'py-pgoutput', 'py-pgoutput-batched', 'node-pgoutput']
 
 
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def environment():
+    """What the figures depend on besides the build. The TCP congestion control
+    matters most on loopback: the walsender sends one message per send(), and
+    whether those coalesce into few segments depends on it (with bbr, on the
+    receiver's acknowledgement timing as well): docs/performance.md, catch-up."""
+    return dict(mode='environment', kernel=os.uname().release, cpus=os.cpu_count(),
+                tcp_congestion_control=read_text('/proc/sys/net/ipv4/tcp_congestion_control'))
+
+
 def catchup_mode(harness, quick):
     """The peer harness's catch-up run, walfeed as a custom peer; returns
     per-workload medians and walfeed's ratio to the fastest direct peer."""
@@ -500,7 +517,10 @@ def catchup_mode(harness, quick):
 def summary_table(results):
     lines = ['| mode | case | figure |', '|---|---|---|']
     for r in results:
-        if r['mode'] == 'catchup':
+        if r['mode'] == 'environment':
+            lines.append('| environment | kernel %s, %d CPUs | TCP congestion control %s |' % (
+                r['kernel'], r['cpus'], r['tcp_congestion_control']))
+        elif r['mode'] == 'catchup':
             lines.append('| catch-up | %s | walfeed %s ev/s, fastest direct peer %s %s ev/s: **%.2f×** '
                          '(vs pg_recvlogical %.2f×, vs decode-only %.2f×)%s |' % (
                              r['workload'], r['walfeed_events_per_s'], r['fastest_direct_peer'],
@@ -555,7 +575,8 @@ def main():
     for binary in (SERVER, CLI, LIVE, FANOUT, DRAIN):
         if not os.access(binary, os.X_OK):
             sys.exit('walfeed_bench.py: %s not found: build it first (cmake --build build -j2)' % binary)
-    results = []
+    results = [environment()]
+    print(json.dumps(results[0]), flush=True)
     if a.mode == 'all' and a.harness:
         results += catchup_mode(a.harness, a.quick)
     elif a.mode == 'all':
