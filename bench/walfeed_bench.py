@@ -19,6 +19,7 @@ See bench/README.md for what each mode does and how to read it.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -177,11 +178,23 @@ def copy_slot(cluster, template, name):
     cluster.sql("SELECT pg_copy_logical_replication_slot('%s', '%s', false, 'pgoutput')" % (template, name))
 
 
-def run_json(cmd, timeout_s):
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+def run_json(cmd, timeout_s, stderr_path=None, env=None):
+    """Runs a client that prints JSON lines; returns the last. With stderr_path
+    its stderr goes to that file (kept with the run's logs) instead of memory."""
+    if stderr_path:
+        with open(stderr_path, 'w') as err:
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout_s,
+                                 env=env)
+        with open(stderr_path) as err:
+            # The client's own lines, not gRPC's log lines ("I1204 02:33:42...").
+            stderr = ''.join(l for l in err if not re.match(r'[DIWE]\d{4} ', l))
+    else:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        stderr = out.stderr
     lines = [l for l in out.stdout.splitlines() if l.startswith('{')]
     if out.returncode != 0 or not lines:
-        raise RuntimeError('%s failed (%d): %s' % (os.path.basename(cmd[0]), out.returncode, out.stderr[-2000:]))
+        raise RuntimeError('%s failed (%d): %s%s' % (os.path.basename(cmd[0]), out.returncode, stderr.strip()[-2000:],
+                                                     ' (all of it: %s)' % stderr_path if stderr_path else ''))
     return json.loads(lines[-1])
 
 
@@ -275,8 +288,16 @@ def fanout_mode(tmp, cluster, quick):
                         lsn_bytes(s.get('serverWalLsn', '0/0')) >= end)(server.status()), 120, 0.2)
                 walsender = server.walsender_pid(slot)
                 cpu0 = proc_cpu_s(server.proc.pid)
+                # gRPC's own account of each connection (every state change of
+                # the channels and transports, with its reason: a GOAWAY, a
+                # closed socket) goes to the run's logs, a few lines per
+                # subscriber: a subscriber that lost its connection, once in a
+                # few full runs, left only its last error to go by.
                 r = run_json([FANOUT, '--server', server.address, '--stream', 'fan', '--subscribers',
-                              str(n), '--events', str(events)], 600)
+                              str(n), '--events', str(events)], 600,
+                             stderr_path=os.path.join(tmp, 'fanout-%s.err' % slot),
+                             env=dict(os.environ, GRPC_VERBOSITY=os.environ.get('GRPC_VERBOSITY', 'INFO'),
+                                      GRPC_TRACE=os.environ.get('GRPC_TRACE', 'connectivity_state')))
                 cpu1 = proc_cpu_s(server.proc.pid)
                 r.update(mode='fanout', start=start, server_cpu_s=round(cpu1 - cpu0, 2),
                          server_cpu_us_per_delivered_event=round(
