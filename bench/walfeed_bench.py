@@ -114,7 +114,7 @@ class Server:
     """walfeed-server with one stream on an existing slot and publication."""
 
     def __init__(self, tmp, cluster, stream, slot, publication, schema, extra_defaults=None,
-                 state_dir=None):
+                 state_dir=None, env=None):
         self.port = free_port()
         self.address = '127.0.0.1:%d' % self.port
         self.stream = stream
@@ -138,7 +138,7 @@ class Server:
         # a profiler; the CPU and RSS figures are then the wrapper's process.
         wrapper = os.environ.get('WALFEED_SERVER_WRAPPER', '').split()
         self.proc = subprocess.Popen(wrapper + [SERVER, '--config', config], stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
     def status(self):
         out = subprocess.run([CLI, 'status', '--server', self.address, '--stream', self.stream,
@@ -254,6 +254,14 @@ def live_mode(tmp, cluster, quick):
 
 # ---------------------------------------------------------------------- fan-out
 
+# gRPC's own account of each connection, for the fan-out servers and clients:
+# every state change of a channel or transport with its reason (a GOAWAY, a
+# closed socket), a few lines per subscriber, into the run's logs. A subscriber
+# lost its connection once in a few full runs and left only its last error.
+GRPC_CONNECTION_TRACE = dict(os.environ, GRPC_VERBOSITY=os.environ.get('GRPC_VERBOSITY', 'INFO'),
+                             GRPC_TRACE=os.environ.get('GRPC_TRACE', 'connectivity_state'))
+
+
 def fanout_mode(tmp, cluster, quick):
     """A backlog in the slot; 1, 8, 64 and 256 subscribers that each receive all
     of it. Two starts: `slot` (subscribers start as soon as the stream is live,
@@ -279,7 +287,7 @@ def fanout_mode(tmp, cluster, quick):
             copy_slot(cluster, 'fan_tpl', slot)
             # The `memory` start holds the whole backlog (about 350 bytes an event).
             server = Server(tmp, cluster, 'fan', slot, 'fan_pub', 'wf_' + slot,
-                            extra_defaults={'buffer_bytes': 256 << 20})
+                            extra_defaults={'buffer_bytes': 256 << 20}, env=GRPC_CONNECTION_TRACE)
             try:
                 server.wait_streaming()
                 if start == 'memory':
@@ -288,16 +296,10 @@ def fanout_mode(tmp, cluster, quick):
                         lsn_bytes(s.get('serverWalLsn', '0/0')) >= end)(server.status()), 120, 0.2)
                 walsender = server.walsender_pid(slot)
                 cpu0 = proc_cpu_s(server.proc.pid)
-                # gRPC's own account of each connection (every state change of
-                # the channels and transports, with its reason: a GOAWAY, a
-                # closed socket) goes to the run's logs, a few lines per
-                # subscriber: a subscriber that lost its connection, once in a
-                # few full runs, left only its last error to go by.
                 r = run_json([FANOUT, '--server', server.address, '--stream', 'fan', '--subscribers',
                               str(n), '--events', str(events)], 600,
                              stderr_path=os.path.join(tmp, 'fanout-%s.err' % slot),
-                             env=dict(os.environ, GRPC_VERBOSITY=os.environ.get('GRPC_VERBOSITY', 'INFO'),
-                                      GRPC_TRACE=os.environ.get('GRPC_TRACE', 'connectivity_state')))
+                             env=GRPC_CONNECTION_TRACE)
                 cpu1 = proc_cpu_s(server.proc.pid)
                 r.update(mode='fanout', start=start, server_cpu_s=round(cpu1 - cpu0, 2),
                          server_cpu_us_per_delivered_event=round(
