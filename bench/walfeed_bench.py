@@ -557,10 +557,12 @@ def summary_table(results):
                              r['server_cpu_pct']))
         elif r['mode'] == 'fanout':
             lines.append('| fan-out from the %s | %d subscribers × %d events | %s ev/s aggregate (%.1f× one), '
-                         '%.2f µs server CPU per delivered event, peak RSS %.0f MB, walsender %.2f s CPU |' % (
+                         '%.2f µs server CPU per delivered event, peak RSS %.0f MB, walsender %.2f s CPU%s |' % (
                              r['start'], r['subscribers'], r['events_each'], r['aggregate_events_per_s'],
                              r.get('aggregate_over_single') or 0, r['server_cpu_us_per_delivered_event'],
-                             r['server_peak_rss_mb'], r['walsender_cpu_s'] or 0))
+                             r['server_peak_rss_mb'], r['walsender_cpu_s'] or 0,
+                             '; %d new session(s) after a lost connection' %
+                             r['reconnects'] if r.get('reconnects') else ''))
         elif r['mode'] == 'backfill' and r['case'] == 'alone':
             lines.append('| backfill | %d rows, default chunks, no other consumer | %s rows/s = **%.2f×** COPY '
                          'TO STDOUT (%s rows/s) |' % (

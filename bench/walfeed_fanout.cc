@@ -9,6 +9,9 @@
 // All subscribers connect first, then start together; the JSON line gives the
 // time from that start to the last subscriber's last event, the aggregate
 // events/s (subscribers x events / that time) and the spread per subscriber.
+// A subscriber that loses its connection subscribes again, as a consumer
+// would, and goes on counting after its last ack ("reconnects" in the line;
+// stderr says how each lost it).
 //
 //   walfeed_fanout --server 127.0.0.1:PORT --stream fan --subscribers 64
 //                  --events 200000 [--ack-every 10000] [--consumer-prefix fan]
@@ -20,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -82,8 +86,10 @@ struct Outcome {
   uint64_t frames = 0;
   uint64_t acks = 0;
   uint64_t acked_events = 0;  // Events up to the last acknowledged Ack.
+  uint64_t reconnects = 0;    // New sessions after a lost connection.
   Clock::time_point done{};
   std::string error;
+  std::string last_loss;  // How the last lost connection showed.
 };
 
 // One completion-queue step; false when the operation failed.
@@ -106,9 +112,30 @@ class Subscriber {
                                       (deadline - Clock::now()));
   }
 
-  // Subscribes and counts until --events have arrived.
-  Outcome Run() {
+  // Subscribes and counts until --events have arrived. A lost connection
+  // (UNAVAILABLE) is followed by a new session, as any consumer would: the
+  // server resumes after the consumer's last ack, and counting goes on from
+  // there.
+  Outcome Run(Clock::time_point deadline) {
     Outcome out;
+    for (;;) {
+      const SessionEnd end = RunSession(deadline, &out);
+      if (end != SessionEnd::kConnectionLost) break;
+      if (++out.reconnects > kMaxReconnects) {
+        out.error = "lost its connection " + std::to_string(out.reconnects) +
+                    " times; the last: " + out.last_loss;
+        break;
+      }
+    }
+    out.done = Clock::now();
+    return out;
+  }
+
+ private:
+  enum class SessionEnd { kDone, kFailed, kConnectionLost };
+  static constexpr int kMaxReconnects = 5;
+
+  SessionEnd RunSession(Clock::time_point deadline, Outcome* out) {
     v1::SubscribeRequest request;
     request.set_stream(flags_.stream);
     request.set_consumer(flags_.consumer_prefix + std::to_string(index_));
@@ -127,8 +154,7 @@ class Subscriber {
     grpc::GenericStub stub(channel_);
     grpc::CompletionQueue cq;
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(flags_.timeout_s));
+    context.set_deadline(std::chrono::system_clock::now() + (deadline - Clock::now()));
     std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
         stub.PrepareCall(&context, "/walfeed.v1.ChangeStream/Subscribe", &cq);
     call->StartCall(reinterpret_cast<void*>(1));
@@ -142,8 +168,10 @@ class Subscriber {
     std::vector<std::string_view> pieces;
     std::string session_id;
     uint64_t since_ack = 0;
+    uint64_t session_frames = 0;
     bool stream_ended = false;  // The server (or the connection) ended it.
-    while (ok && out.events < flags_.events && out.error.empty()) {
+    grpc::Status ack_status;
+    while (ok && out->events < flags_.events) {
       call->Read(&frame, reinterpret_cast<void*>(4));
       if (!Step(cq, 4)) {
         stream_ended = true;
@@ -152,7 +180,7 @@ class Subscriber {
       slices.clear();
       pieces.clear();
       if (!frame.Dump(&slices).ok()) {
-        out.error = "could not read a frame's bytes";
+        out->error = "could not read a frame's bytes";
         break;
       }
       for (const grpc::Slice& s : slices) {
@@ -160,26 +188,40 @@ class Subscriber {
       }
       const walfeed::bench::FrameCount counted = walfeed::bench::CountFrameEvents(pieces);
       if (!counted.valid) {
-        out.error = "a frame is not valid protobuf wire format";
+        out->error = "a frame is not valid protobuf wire format";
         break;
       }
-      ++out.frames;
-      out.events += counted.count;
-      since_ack += counted.count;
-      if (out.frames == 1) {  // The `started` frame: parsed, for the session id.
+      ++out->frames;
+      if (++session_frames == 1) {  // The `started` frame: parsed, for the session.
         v1::SubscribeResponse started;
         std::string bytes;
         for (std::string_view piece : pieces) bytes.append(piece);
-        if (started.ParseFromString(bytes)) session_id = started.started().session_id();
+        if (!started.ParseFromString(bytes) || !started.has_started()) {
+          out->error = "the first frame of a session is not `started`";
+          break;
+        }
+        session_id = started.started().session_id();
+        // Where this session starts: after an id this subscriber acked (or
+        // tried to: an ack lost with the connection may have landed).
+        const std::string& after = started.started().start_after();
+        const auto known = counted_through_.find(after);
+        if (!after.empty() && known == counted_through_.end()) {
+          out->error = "a session resumed after " + after + ", which this subscriber never acked";
+          break;
+        }
+        out->events = after.empty() ? 0 : known->second;
       }
+      out->events += counted.count;
+      since_ack += counted.count;
       if (flags_.ack_every > 0 && since_ack >= flags_.ack_every && !counted.last_id.empty()) {
         since_ack = 0;
-        if (!Ack(session_id, counted.last_id, &out.error)) break;
-        ++out.acks;
-        out.acked_events = out.events;
+        counted_through_[counted.last_id] = out->events;
+        ack_status = Ack(session_id, counted.last_id);
+        if (!ack_status.ok()) break;
+        ++out->acks;
+        out->acked_events = out->events;
       }
     }
-    out.done = Clock::now();
     // Cancelled only when this side stopped reading: a stream that ended on
     // its own reports why (a cancel first would report CANCELLED instead).
     if (!stream_ended) context.TryCancel();
@@ -190,15 +232,21 @@ class Subscriber {
     bool ignored;
     while (cq.Next(&tag, &ignored)) {
     }
-    if (out.error.empty() && out.events < flags_.events) {
-      out.error = "the stream ended after " + std::to_string(out.events) + " events: " +
-                  std::to_string(status.error_code()) + " " + status.error_message();
+    if (!out->error.empty()) return SessionEnd::kFailed;
+    if (!ack_status.ok()) status = ack_status;
+    if (out->events >= flags_.events) return SessionEnd::kDone;
+    const std::string why = (ack_status.ok() ? "the stream ended after " : "an ack failed after ") +
+                            std::to_string(out->events) + " events: " +
+                            std::to_string(status.error_code()) + " " + status.error_message();
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      out->last_loss = why;
+      return SessionEnd::kConnectionLost;
     }
-    return out;
+    out->error = why;
+    return SessionEnd::kFailed;
   }
 
- private:
-  bool Ack(const std::string& session_id, const std::string& id, std::string* error) {
+  grpc::Status Ack(const std::string& session_id, const std::string& id) {
     if (!ack_stub_) ack_stub_ = v1::ChangeStream::NewStub(channel_);
     v1::AckRequest request;
     request.set_stream(flags_.stream);
@@ -208,15 +256,15 @@ class Subscriber {
     v1::AckResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    const grpc::Status status = ack_stub_->Ack(&context, request, &response);
-    if (!status.ok()) *error = "ack " + id + " failed: " + status.error_message();
-    return status.ok();
+    return ack_stub_->Ack(&context, request, &response);
   }
 
   const Flags& flags_;
   const int index_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ChangeStream::Stub> ack_stub_;
+  // Events counted through each id this subscriber acked or tried to ack.
+  std::map<std::string, uint64_t> counted_through_;
 };
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -235,18 +283,19 @@ int Run(const Flags& flags) {
   absl::Notification go;
   std::vector<Outcome> outcomes(flags.subscribers);
   std::vector<std::thread> threads;
+  Clock::time_point start;
   for (int i = 0; i < flags.subscribers; ++i) {
     threads.emplace_back([&, i] {
       go.WaitForNotification();
-      outcomes[i] = subscribers[i]->Run();
+      outcomes[i] = subscribers[i]->Run(start + std::chrono::seconds(flags.timeout_s));
     });
   }
-  const Clock::time_point start = Clock::now();
+  start = Clock::now();
   go.Notify();
   for (std::thread& t : threads) t.join();
 
   double slowest = 0, fastest = 1e18;
-  uint64_t delivered = 0, frames = 0, acks = 0, acked = 0;
+  uint64_t delivered = 0, frames = 0, acks = 0, acked = 0, reconnects = 0;
   int failed = 0;
   for (int i = 0; i < flags.subscribers; ++i) {
     const Outcome& o = outcomes[i];
@@ -254,6 +303,12 @@ int Run(const Flags& flags) {
     frames += o.frames;
     acks += o.acks;
     acked += o.acked_events;
+    reconnects += o.reconnects;
+    if (o.reconnects > 0 && o.error.empty()) {
+      std::fprintf(stderr, "walfeed_fanout: subscriber %d: subscribed again %llu time(s); the last lost "
+                   "connection: %s\n", i, static_cast<unsigned long long>(o.reconnects),
+                   o.last_loss.c_str());
+    }
     if (!o.error.empty()) {
       ++failed;
       std::fprintf(stderr, "walfeed_fanout: subscriber %d: %s\n", i, o.error.c_str());
@@ -264,12 +319,13 @@ int Run(const Flags& flags) {
   }
   std::printf(
       "{\"subscribers\": %d, \"events_each\": %llu, \"delivered_events\": %llu, "
-      "\"frames\": %llu, \"acks\": %llu, \"acked_events\": %llu, "
+      "\"frames\": %llu, \"acks\": %llu, \"acked_events\": %llu, \"reconnects\": %llu, "
       "\"failed_subscribers\": %d, \"seconds\": %.4f, "
       "\"fastest_subscriber_s\": %.4f, \"aggregate_events_per_s\": %.0f}\n",
       flags.subscribers, static_cast<unsigned long long>(flags.events),
       static_cast<unsigned long long>(delivered), static_cast<unsigned long long>(frames),
-      static_cast<unsigned long long>(acks), static_cast<unsigned long long>(acked), failed,
+      static_cast<unsigned long long>(acks), static_cast<unsigned long long>(acked),
+      static_cast<unsigned long long>(reconnects), failed,
       slowest, failed == flags.subscribers ? -1.0 : fastest,
       slowest > 0 ? static_cast<double>(delivered) / slowest : 0.0);
   std::fflush(stdout);
