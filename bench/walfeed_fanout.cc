@@ -305,9 +305,10 @@ int Run(const Flags& flags) {
     acked += o.acked_events;
     reconnects += o.reconnects;
     if (o.reconnects > 0 && o.error.empty()) {
-      std::fprintf(stderr, "walfeed_fanout: subscriber %d: subscribed again %llu time(s); the last lost "
-                   "connection: %s\n", i, static_cast<unsigned long long>(o.reconnects),
-                   o.last_loss.c_str());
+      std::fprintf(stderr,
+                   "walfeed_fanout: subscriber %d: subscribed again %llu time(s); the last "
+                   "lost connection: %s\n",
+                   i, static_cast<unsigned long long>(o.reconnects), o.last_loss.c_str());
     }
     if (!o.error.empty()) {
       ++failed;
