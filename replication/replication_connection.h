@@ -52,6 +52,9 @@ class ReplicationConnection {
 
   // The server's wal_sender_timeout; zero when disabled.
   virtual absl::Duration wal_sender_timeout() const = 0;
+  // The session runs over a Unix-domain socket (no TCP segments, and the
+  // walsender's sends block once its socket's small send buffer is full).
+  virtual bool unix_socket() const { return false; }
 
   // The next complete frame already received, nullopt if the caller must wait.
   // An error when the stream ended or the connection broke; server errors carry

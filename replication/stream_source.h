@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,8 +116,9 @@ struct SourceOptions {
   // Storing the confirmed position writes WAL, which a quiet publication decodes
   // into the next idle advance: advances are stored at most this often.
   absl::Duration min_persist_interval = absl::Seconds(10);
-  // See ReaderOptions::read_coalesce (replication/pg/stream_reader.h).
-  absl::Duration read_coalesce = absl::Milliseconds(1);
+  // See ReaderOptions::read_coalesce (replication/pg/stream_reader.h); unset:
+  // chosen by the connection's transport.
+  std::optional<absl::Duration> read_coalesce;
   // This process, for leadership (StreamSource::TryLead): an id unique per
   // start, and the address clients reach it at ("" when unknown; asked when
   // it takes the lead, since the port may be bound after the source is made).

@@ -100,7 +100,8 @@ struct StreamDefaults : SessionLimits, RetentionOptions {
   uint64_t buffer_bytes = uint64_t{64} << 20;
   // How long each stream's reader lets data accumulate after a read that brought
   // some (ReaderOptions::read_coalesce); 0 reads as soon as anything arrives.
-  absl::Duration read_coalesce = absl::Milliseconds(1);
+  // Unset: 1 ms over TCP, 0 over a Unix-domain socket.
+  std::optional<absl::Duration> read_coalesce;
 };
 
 // How walfeed-server logs (the `log` block; --log-format and --log-level

@@ -1,6 +1,7 @@
 #include "replication/pg/replication_connection.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -48,6 +49,10 @@ absl::StatusOr<std::unique_ptr<PgReplicationConnection>> PgReplicationConnection
   if (PQntuples(timeout->get()) == 1 && absl::SimpleAtoi(PQgetvalue(timeout->get(), 0, 0), &ms)) {
     rc->wal_sender_timeout_ = absl::Milliseconds(ms);
   }
+  sockaddr_storage local{};
+  socklen_t length = sizeof(local);
+  rc->unix_socket_ = getsockname(rc->socket(), reinterpret_cast<sockaddr*>(&local), &length) == 0 &&
+                     local.ss_family == AF_UNIX;
   return rc;
 }
 
@@ -189,19 +194,16 @@ absl::StatusOr<Readiness> PgReplicationConnection::Wait(bool want_input, absl::T
       {socket(), static_cast<short>((want_input ? POLLIN : 0) | (pending_output_ ? POLLOUT : 0)),
        0},
       {wake_fd, POLLIN, 0}};
-  const absl::Time now = absl::Now();
-  // Rounded up, so the loop never spins on a deadline a fraction of a ms away.
-  const int timeout_ms =
-      deadline <= now
-          ? 0
-          : static_cast<int>(std::min<int64_t>(
-                absl::ToInt64Milliseconds(absl::Ceil(deadline - now, absl::Milliseconds(1))),
-                60 * 1000));
+  // ppoll, not poll: poll's millisecond timeout rounds a read window of a few
+  // hundred microseconds (read_coalesce) up to a whole millisecond.
+  const absl::Duration left =
+      std::clamp(deadline - absl::Now(), absl::ZeroDuration(), absl::Seconds(60));
+  const timespec timeout = absl::ToTimespec(left);
   Readiness ready;
-  if (poll(fds, 2, timeout_ms) < 0) {
+  if (ppoll(fds, 2, &timeout, nullptr) < 0) {
     if (errno == EINTR) return ready;
     // ENOMEM and the like pass; the reader reconnects rather than failing the stream.
-    return absl::UnavailableError(absl::StrCat("poll() failed: ", strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("ppoll() failed: ", strerror(errno)));
   }
   // A hang-up or error is reported whether or not input was wanted (poll() sets
   // them regardless): the caller must consume it to see the broken connection,

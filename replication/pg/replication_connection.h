@@ -54,6 +54,7 @@ class PgReplicationConnection final : public ReplicationConnection {
   absl::Status Start(const StartOptions& options);
 
   absl::Duration wal_sender_timeout() const override { return wal_sender_timeout_; }
+  bool unix_socket() const override { return unix_socket_; }
   absl::StatusOr<std::optional<CopyFrame>> TryRead() override;
   absl::Status ConsumeInput() override;
   absl::Status Send(absl::Span<const uint8_t> message) override;
@@ -77,6 +78,7 @@ class PgReplicationConnection final : public ReplicationConnection {
   std::string slot_name_;                 // Set by Start().
   std::unique_ptr<WalSenderWatch> watch_;  // The first RequestAliveCheck() makes it.
   absl::Duration wal_sender_timeout_ = absl::Seconds(60);
+  bool unix_socket_ = false;
   bool streaming_ = false;
   bool pending_output_ = false;  // libpq holds unsent output.
 };

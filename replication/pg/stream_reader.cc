@@ -134,6 +134,11 @@ absl::Status StreamReader::RunSessions() {
   return absl::OkStatus();
 }
 
+absl::Duration StreamReader::ReadWindow(const ReplicationConnection& conn) const {
+  if (options_.read_coalesce) return *options_.read_coalesce;
+  return conn.unix_socket() ? absl::ZeroDuration() : kTcpReadWindow;
+}
+
 absl::Status StreamReader::RunSession(Lsn start) {
   last_session_streamed_ = false;
   WALFEED_ASSIGN_OR_RETURN(std::unique_ptr<ReplicationConnection> conn, opener_->Open(start));
@@ -149,9 +154,11 @@ absl::Status StreamReader::RunSession(Lsn start) {
     interval = std::min(interval, conn->wal_sender_timeout() / 2);
     ping_floor_ = conn->wal_sender_timeout() / 4;
   }
-  Logger()->info("stream {}: streaming slot {} from {} (status every {})",
+  read_window_ = ReadWindow(*conn);
+  Logger()->info("stream {}: streaming slot {} from {} (status every {}, read window {}{})",
                  options_.stream_name, options_.slot_name, start.ToString(),
-                 absl::FormatDuration(interval));
+                 absl::FormatDuration(interval), absl::FormatDuration(read_window_),
+                 options_.read_coalesce ? "" : conn->unix_socket() ? ", Unix socket" : ", TCP");
   sink_->OnConnected(start);
 
   absl::Time next_status = clock_->Now();
@@ -213,7 +220,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
         // segment per message, and the loopback path of each segment,
         // charged to the walsender, made it the costliest part of the drain.
         caught_up = frames_since_read == 0 ||
-                    (options_.read_coalesce > absl::ZeroDuration() &&
+                    (read_window_ > absl::ZeroDuration() &&
                      bytes_since_read < kSmallRead);
         if (caught_up) break;
         WALFEED_RETURN_IF_ERROR(conn->ConsumeInput());
@@ -290,11 +297,11 @@ absl::Status StreamReader::RunSession(Lsn start) {
     // and emptied the socket, the socket is not polled for input for a moment; it
     // is read after it. A turn cut short by kMaxDrainFrames may have left whole
     // frames in libpq's buffer, which poll() cannot see: no waiting then.
-    const bool coalesce = frames > 0 && caught_up && room && !reply_now &&
-                          options_.read_coalesce > absl::ZeroDuration();
+    const bool coalesce =
+        frames > 0 && caught_up && room && !reply_now && read_window_ > absl::ZeroDuration();
     const bool more_buffered = room && frames >= kMaxDrainFrames;
     absl::Time deadline = more_buffered ? now
-                          : coalesce    ? std::min(next_status, now + options_.read_coalesce)
+                          : coalesce    ? std::min(next_status, now + read_window_)
                                         : next_status;
     if (silence_limit > absl::ZeroDuration() && room) {
       deadline = std::min({deadline, last_heard + silence_limit, check_due()});

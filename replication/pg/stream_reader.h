@@ -89,6 +89,15 @@
 
 namespace walfeed::replication::pg {
 
+// The read window over TCP unless configured. A reader that wakes for every
+// message makes the walsender pay a wake-up per message, and one that reads
+// again at once while messages trickle in has the kernel acknowledge each as
+// it comes, so the walsender's sends go out one TCP segment each: on a
+// backlog of single-row transactions, reading at once gave about a quarter
+// less throughput and a third more walsender CPU per event than 1 ms
+// (docs/performance.md).
+inline constexpr absl::Duration kTcpReadWindow = absl::Milliseconds(1);
+
 struct ReaderOptions {
   std::string stream_name;  // For logs.
   std::string conninfo;
@@ -118,16 +127,11 @@ struct ReaderOptions {
   uint64_t backoff_seed = 0;
   // After a read that emptied the socket, or brought less than kSmallRead,
   // wait this long (or for Stop/Wake) before reading it again, so that the
-  // next read finds more. A reader that wakes for every message the walsender
-  // writes makes the walsender pay a wake-up per message: on a backlog of
-  // single-row transactions, reading at once gave about a quarter less
-  // throughput and a third more walsender CPU per event than 1 ms
-  // (docs/performance.md). One that reads again at once while messages
-  // trickle in has each of them acknowledged by the kernel as it comes, and
-  // the walsender's sends then go out one TCP segment each. The cost is at most this much
-  // added latency for changes that arrive during the window; the first change
-  // after a quiet period is read at once. Zero reads as soon as anything arrives.
-  absl::Duration read_coalesce = absl::Milliseconds(1);
+  // next read finds more. Unset: kTcpReadWindow over TCP, none over a
+  // Unix-domain socket (see ReadWindow()). The cost is at most this much added
+  // latency for changes that arrive during the window; the first change after
+  // a quiet period is read at once. Zero reads as soon as anything arrives.
+  std::optional<absl::Duration> read_coalesce;
 };
 
 class StreamReader {
@@ -185,6 +189,13 @@ class StreamReader {
   // A read that brought less than this (libpq reads up to 8-16 kB at once)
   // ends the turn when there is a read window (read_coalesce).
   static constexpr size_t kSmallRead = 4096;
+  // The window for a session over `conn`: read_coalesce if set, else
+  // kTcpReadWindow over TCP and none over a Unix-domain socket. There each
+  // message the walsender sends is charged a buffer of its own, about 1 kB,
+  // against the socket's 208 kB default: it fills it within a millisecond at
+  // full speed and then blocks, and a 1 ms window held single-row
+  // transactions to about half the rate of reading at once.
+  absl::Duration ReadWindow(const ReplicationConnection& conn) const;
   // How long a stopping reader waits for its last store before the final update.
   static constexpr absl::Duration kFinalStoreWait = absl::Seconds(2);
 
@@ -206,6 +217,7 @@ class StreamReader {
   bool last_session_streamed_ = false;  // The last session received data.
   absl::Time last_status_sent_ = absl::InfinitePast();  // Our last status update.
   absl::Time turn_started_ = absl::InfinitePast();  // When this read turn began.
+  absl::Duration read_window_;  // This session's, from ReadWindow().
   bool last_status_replied_ = false;  // It answered a reply request.
   // A reply request sooner than this after our last status update is not a
   // timeout ping (those come wal_sender_timeout / 2 after it; margin halves it).

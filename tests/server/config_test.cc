@@ -128,6 +128,7 @@ TEST(ConfigTest, ExampleFileParses) {
   EXPECT_EQ(config->defaults.max_unacked_bytes, 67108864u);
   EXPECT_EQ(config->defaults.progress_interval, absl::Seconds(5));
   EXPECT_EQ(config->defaults.buffer_bytes, 67108864u);
+  EXPECT_EQ(config->defaults.read_coalesce, std::nullopt) << "unset: chosen by the transport";
   ASSERT_EQ(config->streams.size(), 2u);
   EXPECT_EQ(config->streams[0].name, "orders");
   EXPECT_EQ(config->streams[0].slot_name, "walfeed_orders");

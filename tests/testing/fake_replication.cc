@@ -63,6 +63,11 @@ Script& Script::WalSenderTimeout(absl::Duration timeout) {
   return *this;
 }
 
+Script& Script::UnixSocket() {
+  unix_socket_ = true;
+  return *this;
+}
+
 Script& Script::Busy() {
   silent_ = true;
   busy_ = true;
@@ -108,6 +113,7 @@ class FakeConnection : public replication::ReplicationConnection {
         wal_sender_timeout_(script.wal_sender_timeout()),
         silent_(script.silent()),
         busy_(script.busy()),
+        unix_socket_(script.unix_socket()),
         limit_(clock->Now() + FakeOpener::kSimulatedLimit) {
     absl::Time at = clock->Now();
     for (const Script::Step& step : script.steps()) {
@@ -117,6 +123,7 @@ class FakeConnection : public replication::ReplicationConnection {
   }
 
   absl::Duration wal_sender_timeout() const override { return wal_sender_timeout_; }
+  bool unix_socket() const override { return unix_socket_; }
 
   absl::StatusOr<std::optional<replication::CopyFrame>> TryRead() override {
     if (!broken_.ok()) return broken_;
@@ -254,6 +261,7 @@ class FakeConnection : public replication::ReplicationConnection {
   const absl::Duration wal_sender_timeout_;
   const bool silent_;
   const bool busy_;
+  const bool unix_socket_;
   uint64_t alive_confirmations_ = 0;
   const absl::Time limit_;
   uint64_t wal_end_ = 0;  // The newest walEnd delivered.

@@ -64,6 +64,8 @@ class Script {
   Script& Trickle(const std::vector<std::vector<uint8_t>>& frames);
   Script& Fail(absl::Status status, absl::Duration after = absl::ZeroDuration());
   Script& WalSenderTimeout(absl::Duration timeout);
+  // The session reports a Unix-domain socket (ReplicationConnection::unix_socket).
+  Script& UnixSocket();
   // A black hole: a status update that requests a reply gets none (a live
   // walsender answers it at once with a keepalive, and so does the fake).
   Script& Silent();
@@ -75,12 +77,14 @@ class Script {
   absl::Duration wal_sender_timeout() const { return wal_sender_timeout_; }
   bool silent() const { return silent_; }
   bool busy() const { return busy_; }
+  bool unix_socket() const { return unix_socket_; }
 
  private:
   std::vector<Step> steps_;
   absl::Duration wal_sender_timeout_ = absl::Seconds(60);
   bool silent_ = false;
   bool busy_ = false;
+  bool unix_socket_ = false;
 };
 
 // A standby status update as the loop sent it.

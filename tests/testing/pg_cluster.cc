@@ -167,6 +167,11 @@ std::string PgCluster::ConnInfo(absl::string_view dbname) const {
                       " connect_timeout=10");
 }
 
+std::string PgCluster::UnixSocketConnInfo(absl::string_view dbname) const {
+  return absl::StrCat("host=", root_dir_, " port=", port_, " user=postgres dbname=", dbname,
+                      " connect_timeout=10");
+}
+
 absl::Status PgCluster::RunPgCtl(const std::vector<std::string>& args) const {
   std::vector<std::string> argv = {absl::StrCat(kBinDir, "/pg_ctl"), "-D", data_dir_};
   argv.insert(argv.end(), args.begin(), args.end());

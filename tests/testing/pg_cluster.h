@@ -47,6 +47,8 @@ class PgCluster {
   const std::string& data_dir() const { return data_dir_; }
   // A libpq key/value conninfo for database `dbname` as the superuser.
   std::string ConnInfo(absl::string_view dbname = "postgres") const;
+  // The same over the server's Unix-domain socket.
+  std::string UnixSocketConnInfo(absl::string_view dbname = "postgres") const;
 
   // Stops with `mode` ("fast" or "immediate") and starts again.
   absl::Status Restart(absl::string_view mode);

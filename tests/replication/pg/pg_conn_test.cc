@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "replication/pg/replication_connection.h"
 #include "replication/retry.h"
 #include "replication/sql_text.h"
 #include "tests/testing/pg_cluster.h"
@@ -208,6 +209,18 @@ TEST_F(PgConnTest, ReplicationConnectionRunsReplicationCommands) {
   absl::StatusOr<PgResultPtr> result = ExecSimple(conn->get(), "IDENTIFY_SYSTEM");
   ASSERT_THAT(result, IsOk());
   EXPECT_EQ(Value(result->get(), 0, 3), "postgres");  // dbname: a logical walsender.
+}
+
+// The read window's default follows it (StreamReader::ReadWindow).
+TEST_F(PgConnTest, AReplicationConnectionKnowsItsTransport) {
+  absl::StatusOr<std::unique_ptr<PgReplicationConnection>> tcp =
+      PgReplicationConnection::Connect(pg_->ConnInfo());
+  ASSERT_THAT(tcp, IsOk());
+  EXPECT_FALSE((*tcp)->unix_socket());
+  absl::StatusOr<std::unique_ptr<PgReplicationConnection>> local =
+      PgReplicationConnection::Connect(pg_->UnixSocketConnInfo());
+  ASSERT_THAT(local, IsOk());
+  EXPECT_TRUE((*local)->unix_socket());
 }
 
 }  // namespace

@@ -521,6 +521,44 @@ TEST_F(StreamReaderUnitTest, WithoutAReadWindowTricklingMessagesAreReadInOneTurn
   for (absl::Time t : sink_.times()) EXPECT_EQ(t, start + absl::Seconds(1));
 }
 
+// Unset, the window follows the transport: kTcpReadWindow over TCP, none over
+// a Unix-domain socket (whose walsender blocks once its small send buffer is
+// full, so a window there caps the rate instead of batching).
+TEST_F(StreamReaderUnitTest, UnsetTheReadWindowIsOneMillisecondOverTcp) {
+  options_.read_coalesce.reset();
+  size_t trickled = 0;
+  const Script script = FirstTransactionTrickling(&trickled);
+  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }),
+              IsOk());
+  EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(trickled)));
+  EXPECT_THAT(log_->input_pauses(), Each(kTcpReadWindow));
+}
+
+TEST_F(StreamReaderUnitTest, UnsetThereIsNoReadWindowOverAUnixSocket) {
+  options_.read_coalesce.reset();
+  const absl::Time start = clock_.Now();
+  size_t trickled = 0;
+  Script script = FirstTransactionTrickling(&trickled);
+  script.UnixSocket();
+  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }),
+              IsOk());
+  EXPECT_THAT(log_->input_pauses(), SizeIs(0));
+  ASSERT_FALSE(sink_.commits().empty());
+  for (absl::Time t : sink_.times()) EXPECT_EQ(t, start + absl::Seconds(1));
+}
+
+// Set, it holds over a Unix socket too.
+TEST_F(StreamReaderUnitTest, ASetReadWindowHoldsOverAUnixSocket) {
+  options_.read_coalesce = absl::Milliseconds(20);
+  size_t trickled = 0;
+  Script script = FirstTransactionTrickling(&trickled);
+  script.UnixSocket();
+  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }),
+              IsOk());
+  EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(trickled)));
+  EXPECT_THAT(log_->input_pauses(), Each(absl::Milliseconds(20)));
+}
+
 TEST_F(StreamReaderUnitTest, WithoutCoalescingEveryArrivalIsReadAtOnce) {
   const absl::Time start = clock_.Now();
   const Frames& all = Golden();
