@@ -12,6 +12,7 @@ go to docs/performance.md.
   bench/walfeed_bench.py fanout  [--quick]   1..256 subscribers on one stream
   bench/walfeed_bench.py memory  [--quick]   peak RSS through one huge transaction
   bench/walfeed_bench.py backfill [--quick]  backfill rows/s vs COPY; the stream during it
+  bench/walfeed_bench.py catchup --harness DIR [--quick] [--transport unix] [--workloads W1,W4]
   bench/walfeed_bench.py all     [--quick] [--harness DIR]
 
 See bench/README.md for what each mode does and how to read it.
@@ -78,12 +79,17 @@ def proc_peak_rss_kb(pid):
 
 
 class Cluster:
-    """A throwaway PostgreSQL 15 cluster on a free loopback port."""
+    """A throwaway PostgreSQL 15 cluster on a free loopback port. walfeed-server
+    reaches it over loopback TCP, or over its Unix-domain socket with transport
+    'unix' (server_conninfo); everything else uses TCP."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, transport='tcp'):
         self.dir = os.path.join(tmp, 'pg')
         self.port = free_port()
+        self.transport = transport
         self.conninfo = 'host=127.0.0.1 port=%d user=postgres dbname=postgres' % self.port
+        self.server_conninfo = ('host=%s port=%d user=postgres dbname=postgres' % (tmp, self.port)
+                                if transport == 'unix' else self.conninfo)
         self.as_pg = ['runuser', '-u', 'postgres', '--'] if os.getuid() == 0 else []
         if os.getuid() == 0:
             shutil.chown(tmp, 'postgres')
@@ -131,7 +137,7 @@ class Server:
             for k, v in defaults.items():
                 f.write('  %s: %s\n' % (k, v))
             f.write('streams:\n  - name: %s\n    conninfo: "%s"\n    slot: %s\n    publications: [%s]\n'
-                    '    create_missing: false\n' % (stream, cluster.conninfo, slot, publication))
+                    '    create_missing: false\n' % (stream, cluster.server_conninfo, slot, publication))
         self.log_path = os.path.join(tmp, 'server-%s.log' % schema)
         self.log = open(self.log_path, 'w')
         # WALFEED_SERVER_WRAPPER (e.g. "heaptrack -o /tmp/ht") runs the server under
@@ -210,15 +216,18 @@ def live_mode(tmp, cluster, quick):
         f.write("INSERT INTO live_t (writer, note) VALUES (:client_id, 'live row');\n")
     duration = 5 if quick else 15
     warmup = 2
-    cases = [(1000, '1ms'), (10000, '1ms')]
-    # The read window's trade-off (defaults.read_coalesce): latency at both rates.
-    cases += [(1000, '0ms'), (10000, '0ms'), (10000, '5ms')] if not quick else [(10000, '0ms')]
+    # The default read window (unset: 1 ms over TCP, 200 µs over a Unix-domain
+    # socket), then its trade-off (defaults.read_coalesce): over TCP none at
+    # both rates and 5 ms; over a Unix socket 1 ms at both rates and none.
+    default, other, third = ('200us', '1ms', '0ms') if cluster.transport == 'unix' else ('1ms', '0ms', '5ms')
+    cases = [(1000, None), (10000, None)]
+    cases += [(1000, other), (10000, other), (10000, third)] if not quick else [(10000, other)]
     results = []
     for rate, coalesce in cases:
-        slot = 'live_%d_%s' % (rate, coalesce)
+        slot = 'live_%d_%s' % (rate, coalesce or 'default')
         cluster.sql("SELECT pg_create_logical_replication_slot('%s', 'pgoutput')" % slot)
         server = Server(tmp, cluster, 'live', slot, 'live_pub', 'wf_' + slot,
-                        extra_defaults={'read_coalesce': coalesce})
+                        extra_defaults={'read_coalesce': coalesce} if coalesce else None)
         try:
             server.wait_streaming()
             client = subprocess.Popen([LIVE, '--server', server.address, '--stream', 'live', '--consumer',
@@ -241,7 +250,8 @@ def live_mode(tmp, cluster, quick):
                 raise RuntimeError('walfeed_live failed: %s' % err[-2000:])
             r = json.loads(lines[-1])
             tps = [l for l in bench.stdout.splitlines() if l.startswith('tps =')]
-            r.update(mode='live', target_tx_per_s=rate, writers=clients, read_coalesce=coalesce,
+            r.update(mode='live', target_tx_per_s=rate, writers=clients, transport=cluster.transport,
+                     read_coalesce=coalesce or '%s (default over %s)' % (default, cluster.transport),
                      pgbench_tps=float(tps[0].split()[2]) if tps else None,
                      server_cpu_pct=round(100.0 * (cpu1 - cpu0) / (warmup + duration + 2), 1))
             results.append(r)
@@ -489,18 +499,23 @@ def read_text(path):
         return None
 
 
-def environment():
+def environment(transport):
     """What the figures depend on besides the build. The TCP congestion control
     matters most on loopback: the walsender sends one message per send(), and
     whether those coalesce into few segments depends on it (with bbr, on the
     receiver's acknowledgement timing as well): docs/performance.md, catch-up."""
     return dict(mode='environment', kernel=os.uname().release, cpus=os.cpu_count(),
-                tcp_congestion_control=read_text('/proc/sys/net/ipv4/tcp_congestion_control'))
+                tcp_congestion_control=read_text('/proc/sys/net/ipv4/tcp_congestion_control'),
+                transport=transport)
 
 
-def catchup_mode(harness, quick):
+def catchup_mode(harness, quick, transport='tcp', workloads=None):
     """The peer harness's catch-up run, walfeed as a custom peer; returns
-    per-workload medians and walfeed's ratio to the fastest direct peer."""
+    per-workload medians and walfeed's ratio to the fastest direct peer.
+    transport 'unix': every client, walfeed-server included, reaches the
+    harness's cluster over its Unix-domain socket (in the harness's BENCH_ROOT)
+    instead of loopback TCP, which takes the TCP congestion control out of the
+    walsender's cost (docs/performance.md, catch-up)."""
     peers = ['recvlogical-pgoutput', 'py-pgoutput', 'py-pgoutput-batched', 'sql-pgoutput', 'walfeed']
     if os.path.isdir(os.path.join(harness, 'peers', 'node', 'node_modules')):
         peers.insert(3, 'node-pgoutput')
@@ -508,9 +523,15 @@ def catchup_mode(harness, quick):
            '--custom-peer', 'walfeed=%s' % os.path.join(HERE, 'drain_walfeed.sh')]
     if quick:
         cmd += ['--size', 'W1=50000', '--size', 'W2=250000', '--size', 'W3=100000', '--size', 'W4=50000']
+    if workloads:
+        cmd += ['--workloads', workloads]
+    env = dict(os.environ)
+    if transport == 'unix':
+        socket_dir = os.environ.get('BENCH_ROOT', '/tmp/cdcbench')
+        env.update(PGHOST=socket_dir, BENCH_PGHOST=socket_dir)
     subprocess.run([os.path.join(harness, 'pg-up.sh')], check=True, stdout=subprocess.DEVNULL)
     before = set(os.listdir(os.path.join(harness, 'results')))
-    subprocess.run(cmd, check=False, stdout=sys.stderr)
+    subprocess.run(cmd, check=False, stdout=sys.stderr, env=env)
     new = sorted(f for f in set(os.listdir(os.path.join(harness, 'results'))) - before if f.endswith('.jsonl'))
     if not new:
         raise RuntimeError('the harness wrote no results')
@@ -541,8 +562,10 @@ def summary_table(results):
     lines = ['| mode | case | figure |', '|---|---|---|']
     for r in results:
         if r['mode'] == 'environment':
-            lines.append('| environment | kernel %s, %d CPUs | TCP congestion control %s |' % (
-                r['kernel'], r['cpus'], r['tcp_congestion_control']))
+            lines.append('| environment | kernel %s, %d CPUs | TCP congestion control %s; PostgreSQL reached over %s |' % (
+                r['kernel'], r['cpus'], r['tcp_congestion_control'],
+                'its Unix-domain socket (walfeed-server, and in catch-up every peer)'
+                if r['transport'] == 'unix' else 'loopback TCP'))
         elif r['mode'] == 'catchup':
             lines.append('| catch-up | %s | walfeed %s ev/s, fastest direct peer %s %s ev/s: **%.2f×** '
                          '(vs pg_recvlogical %.2f×, vs decode-only %.2f×)%s |' % (
@@ -587,9 +610,13 @@ def interrupted(signum, frame):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('mode', choices=['live', 'fanout', 'memory', 'backfill', 'all'])
+    ap.add_argument('mode', choices=['live', 'fanout', 'memory', 'backfill', 'catchup', 'all'])
     ap.add_argument('--quick', action='store_true', help='smaller sizes, fewer cases: all of it in under 10 minutes')
     ap.add_argument('--harness', help='the peer harness directory (run.py, pg-up.sh); `all` runs catch-up with it')
+    ap.add_argument('--transport', choices=['tcp', 'unix'], default='tcp',
+                    help='how walfeed-server (and in catch-up every peer) reaches PostgreSQL: loopback TCP '
+                         '(default, as the harness does) or the cluster\'s Unix-domain socket')
+    ap.add_argument('--workloads', help='catch-up: the harness workloads to run (default: all four), e.g. W1,W4')
     ap.add_argument('--keep', action='store_true',
                     help='keep the temporary directory (logs) at the end (a failed run keeps it anyway)')
     ap.add_argument('--chunk-rows', type=int, help='backfill: rows per chunk (default: the server\'s)')
@@ -600,32 +627,43 @@ def main():
     for binary in (SERVER, CLI, LIVE, FANOUT, DRAIN):
         if not os.access(binary, os.X_OK):
             sys.exit('walfeed_bench.py: %s not found: build it first (cmake --build build -j2)' % binary)
-    results = [environment()]
+    if a.mode == 'catchup' and not a.harness:
+        sys.exit('walfeed_bench.py: catchup needs --harness DIR (the peer harness: run.py, pg-up.sh)')
+    catchup = a.mode in ('all', 'catchup') and a.harness
+    results = [environment(a.transport)]
     print(json.dumps(results[0]), flush=True)
-    if a.mode == 'all' and a.harness:
-        results += catchup_mode(a.harness, a.quick)
+    if catchup:
+        results += catchup_mode(a.harness, a.quick, a.transport, a.workloads)
     elif a.mode == 'all':
         log('walfeed_bench.py: no --harness: the catch-up comparison is skipped (no ratio_min)')
-    tmp = tempfile.mkdtemp(prefix='walfeed-bench.')
-    cluster = Cluster(tmp)
-    failed = True
-    try:
-        for mode, fn in (('live', live_mode), ('fanout', fanout_mode), ('memory', memory_mode),
-                         ('backfill', backfill_mode)):
-            if a.mode in (mode, 'all'):
-                results += fn(tmp, cluster, a.quick)
-        failed = False
-    finally:
-        cluster.stop()
-        # A failed run keeps its servers' logs: the failure may not come back.
-        if a.keep or failed:
-            log('kept %s (the servers\' logs, the cluster)' % tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    if a.mode != 'catchup':
+        results += own_cluster_modes(a.mode, a.quick, a.keep, a.transport)
     print(summary_table(results))
     ratios = [r['ratio'] for r in results if r['mode'] == 'catchup' and r['ratio']]
     if ratios:
         print('ratio_min=%.3f' % min(ratios))
+
+
+def own_cluster_modes(mode, quick, keep, transport):
+    """The modes that run on a throwaway cluster of their own (all but catch-up)."""
+    results = []
+    tmp = tempfile.mkdtemp(prefix='walfeed-bench.')
+    cluster = Cluster(tmp, transport)
+    failed = True
+    try:
+        for name, fn in (('live', live_mode), ('fanout', fanout_mode), ('memory', memory_mode),
+                         ('backfill', backfill_mode)):
+            if mode in (name, 'all'):
+                results += fn(tmp, cluster, quick)
+        failed = False
+    finally:
+        cluster.stop()
+        # A failed run keeps its servers' logs: the failure may not come back.
+        if keep or failed:
+            log('kept %s (the servers\' logs, the cluster)' % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return results
 
 
 if __name__ == '__main__':

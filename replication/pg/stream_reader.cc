@@ -136,7 +136,7 @@ absl::Status StreamReader::RunSessions() {
 
 absl::Duration StreamReader::ReadWindow(const ReplicationConnection& conn) const {
   if (options_.read_coalesce) return *options_.read_coalesce;
-  return conn.unix_socket() ? absl::ZeroDuration() : kTcpReadWindow;
+  return conn.unix_socket() ? kUnixReadWindow : kTcpReadWindow;
 }
 
 absl::Status StreamReader::RunSession(Lsn start) {
