@@ -117,7 +117,7 @@ struct SourceOptions {
   // into the next idle advance: advances are stored at most this often.
   absl::Duration min_persist_interval = absl::Seconds(10);
   // See ReaderOptions::read_coalesce (replication/pg/stream_reader.h); unset:
-  // chosen by the connection's transport.
+  // chosen by the connection's transport, and adapted over a Unix socket.
   std::optional<absl::Duration> read_coalesce;
   // This process, for leadership (StreamSource::TryLead): an id unique per
   // start, and the address clients reach it at ("" when unknown; asked when

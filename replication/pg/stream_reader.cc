@@ -139,6 +139,17 @@ absl::Duration StreamReader::ReadWindow(const ReplicationConnection& conn) const
   return conn.unix_socket() ? kUnixReadWindow : kTcpReadWindow;
 }
 
+void StreamReader::AdaptUnixWindow(int frames, size_t bytes) {
+  // What the turn's messages held of the walsender's send buffer: each is
+  // charged its bytes and a buffer of its own.
+  const size_t charged = bytes + static_cast<size_t>(frames) * kUnixMessageCharge;
+  if (charged >= kUnixSendBuffer / 2) {
+    read_window_ = std::max(read_window_ / 2, kUnixMinReadWindow);
+  } else if (charged < kUnixSendBuffer / 8) {
+    read_window_ = std::min(read_window_ * 2, kUnixReadWindow);
+  }
+}
+
 absl::Status StreamReader::RunSession(Lsn start) {
   last_session_streamed_ = false;
   WALFEED_ASSIGN_OR_RETURN(std::unique_ptr<ReplicationConnection> conn, opener_->Open(start));
@@ -155,10 +166,14 @@ absl::Status StreamReader::RunSession(Lsn start) {
     ping_floor_ = conn->wal_sender_timeout() / 4;
   }
   read_window_ = ReadWindow(*conn);
+  const bool adapt_window = !options_.read_coalesce && conn->unix_socket();
+  bool after_window = false;  // This turn's read followed a read window.
   Logger()->info("stream {}: streaming slot {} from {} (status every {}, read window {}{})",
                  options_.stream_name, options_.slot_name, start.ToString(),
                  absl::FormatDuration(interval), absl::FormatDuration(read_window_),
-                 options_.read_coalesce ? "" : conn->unix_socket() ? ", Unix socket" : ", TCP");
+                 options_.read_coalesce ? ""
+                 : conn->unix_socket()  ? " or less while a backlog is read: Unix socket"
+                                        : ": TCP");
   sink_->OnConnected(start);
 
   absl::Time next_status = clock_->Now();
@@ -204,6 +219,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
     int frames = 0;
     int frames_since_read = 0;
     size_t bytes_since_read = 0;
+    size_t turn_bytes = 0;
     bool caught_up = false;  // The socket had nothing more, or little (below).
     // What a frame's arrival is stamped with (stats_.last_data_at): one clock
     // read per turn, not per frame, which a turn's length makes no coarser to
@@ -231,6 +247,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
       ++frames;
       ++frames_since_read;
       bytes_since_read += frame->bytes().size();
+      turn_bytes += frame->bytes().size();
       last_session_streamed_ = true;
       WALFEED_RETURN_IF_ERROR(HandleFrame(frame->bytes(), &reply_now));
       room = sink_->HasRoom();
@@ -297,8 +314,10 @@ absl::Status StreamReader::RunSession(Lsn start) {
     // and emptied the socket, the socket is not polled for input for a moment; it
     // is read after it. A turn cut short by kMaxDrainFrames may have left whole
     // frames in libpq's buffer, which poll() cannot see: no waiting then.
+    if (adapt_window && after_window) AdaptUnixWindow(frames, turn_bytes);
     const bool coalesce =
         frames > 0 && caught_up && room && !reply_now && read_window_ > absl::ZeroDuration();
+    after_window = coalesce;
     const bool more_buffered = room && frames >= kMaxDrainFrames;
     absl::Time deadline = more_buffered ? now
                           : coalesce    ? std::min(next_status, now + read_window_)

@@ -97,15 +97,19 @@ namespace walfeed::replication::pg {
 // less throughput and a third more walsender CPU per event than 1 ms
 // (docs/performance.md).
 inline constexpr absl::Duration kTcpReadWindow = absl::Milliseconds(1);
-// The read window over a Unix-domain socket unless configured. There each
-// message the walsender sends is charged a buffer of its own, about 1 kB,
-// against the socket's 208 kB default: at full speed it fills it within a
-// millisecond and then blocks, so a 1 ms window held single-row transactions
-// to about half the rate of reading at once (51k against 83-95k events/s).
-// No window at all is no better: at 10,000 tx/s the reader then wakes for
-// every message and latency collapses (p99 0.7 s) as it does over TCP.
-// 200 µs: W1 89-100k events/s, and p99 5.4 ms at 10,000 tx/s.
-inline constexpr absl::Duration kUnixReadWindow = absl::Microseconds(200);
+// The read window over a Unix-domain socket unless configured: at most
+// kUnixReadWindow, halved down to kUnixMinReadWindow while the turns after a
+// window bring half of what the walsender's send buffer holds, and doubled
+// back while they bring less than an eighth (StreamReader::AdaptUnixWindow).
+// There each message the walsender sends is charged a buffer of its own,
+// about 0.8 kB with its bytes, against the socket's 208 kB default: at full
+// speed it fills it within a millisecond and then blocks, so a fixed 1 ms
+// window held single-row transactions to about half the rate of reading at
+// once (51k against 83-95k events/s). No window at all is no better: at
+// 10,000 tx/s the reader then wakes for every message and latency collapses
+// (p99 0.7 s) as it does over TCP.
+inline constexpr absl::Duration kUnixReadWindow = absl::Milliseconds(1);
+inline constexpr absl::Duration kUnixMinReadWindow = absl::Microseconds(100);
 
 struct ReaderOptions {
   std::string stream_name;  // For logs.
@@ -137,7 +141,7 @@ struct ReaderOptions {
   // After a read that emptied the socket, or brought less than kSmallRead,
   // wait this long (or for Stop/Wake) before reading it again, so that the
   // next read finds more. Unset: kTcpReadWindow over TCP, kUnixReadWindow
-  // over a Unix-domain socket. The cost is at most this much added
+  // adapted over a Unix-domain socket; set: that, over either. The cost is at most this much added
   // latency for changes that arrive during the window; the first change after
   // a quiet period is read at once. Zero reads as soon as anything arrives.
   std::optional<absl::Duration> read_coalesce;
@@ -198,9 +202,18 @@ class StreamReader {
   // A read that brought less than this (libpq reads up to 8-16 kB at once)
   // ends the turn when there is a read window (read_coalesce).
   static constexpr size_t kSmallRead = 4096;
+  // The walsender's send buffer over a Unix-domain socket (the kernel's
+  // default, net.core.wmem_default) and what each message costs it besides
+  // its bytes (its socket buffer's overhead).
+  static constexpr size_t kUnixSendBuffer = 212992;
+  static constexpr size_t kUnixMessageCharge = 768;
   // The window for a session over `conn`: read_coalesce if set, else
   // kTcpReadWindow or kUnixReadWindow by its transport.
   absl::Duration ReadWindow(const ReplicationConnection& conn) const;
+  // Over a Unix-domain socket with the window unset: after a turn that
+  // followed a window and brought `frames` frames of `bytes` bytes, halves or
+  // doubles read_window_ (see kUnixReadWindow).
+  void AdaptUnixWindow(int frames, size_t bytes);
   // How long a stopping reader waits for its last store before the final update.
   static constexpr absl::Duration kFinalStoreWait = absl::Seconds(2);
 
@@ -222,7 +235,7 @@ class StreamReader {
   bool last_session_streamed_ = false;  // The last session received data.
   absl::Time last_status_sent_ = absl::InfinitePast();  // Our last status update.
   absl::Time turn_started_ = absl::InfinitePast();  // When this read turn began.
-  absl::Duration read_window_;  // This session's, from ReadWindow().
+  absl::Duration read_window_;  // Now, this session's: ReadWindow(), adapted.
   bool last_status_replied_ = false;  // It answered a reply request.
   // A reply request sooner than this after our last status update is not a
   // timeout ping (those come wal_sender_timeout / 2 after it; margin halves it).

@@ -521,9 +521,10 @@ TEST_F(StreamReaderUnitTest, WithoutAReadWindowTricklingMessagesAreReadInOneTurn
   for (absl::Time t : sink_.times()) EXPECT_EQ(t, start + absl::Seconds(1));
 }
 
-// Unset, the window follows the transport: kTcpReadWindow over TCP, the
-// shorter kUnixReadWindow over a Unix-domain socket (whose walsender blocks
-// once its small send buffer is full, so a long window there caps the rate).
+// Unset, the window follows the transport: kTcpReadWindow over TCP; over a
+// Unix-domain socket kUnixReadWindow, shortened while the turns after it bring
+// much (there the walsender blocks once its small send buffer is full, so a
+// long window caps the rate).
 TEST_F(StreamReaderUnitTest, UnsetTheReadWindowIsOneMillisecondOverTcp) {
   options_.read_coalesce.reset();
   size_t trickled = 0;
@@ -534,7 +535,7 @@ TEST_F(StreamReaderUnitTest, UnsetTheReadWindowIsOneMillisecondOverTcp) {
   EXPECT_THAT(log_->input_pauses(), Each(kTcpReadWindow));
 }
 
-TEST_F(StreamReaderUnitTest, UnsetTheReadWindowIsShorterOverAUnixSocket) {
+TEST_F(StreamReaderUnitTest, UnsetTricklingMessagesGetTheWholeWindowOverAUnixSocket) {
   options_.read_coalesce.reset();
   size_t trickled = 0;
   Script script = FirstTransactionTrickling(&trickled);
@@ -543,19 +544,49 @@ TEST_F(StreamReaderUnitTest, UnsetTheReadWindowIsShorterOverAUnixSocket) {
               IsOk());
   EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(trickled)));
   EXPECT_THAT(log_->input_pauses(), Each(kUnixReadWindow));
-  EXPECT_LT(kUnixReadWindow, kTcpReadWindow);
 }
 
-// Set, it holds over a Unix socket too.
-TEST_F(StreamReaderUnitTest, ASetReadWindowHoldsOverAUnixSocket) {
-  options_.read_coalesce = absl::Milliseconds(20);
-  size_t trickled = 0;
-  Script script = FirstTransactionTrickling(&trickled);
+// A backlog as a walsender sends it over a Unix socket (bursts of 150 small
+// messages, each burst what a blocked walsender sends when it is read), then,
+// once it is read, single messages 5 ms apart. The keepalive at the end asks
+// for a reply, which the test stops at.
+Script BurstsThenTrickle() {
+  Script script;
   script.UnixSocket();
-  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }),
+  for (int burst = 0; burst < 20; ++burst) {
+    for (int i = 0; i < 150; ++i) {
+      const absl::Duration after =
+          i > 0 ? absl::ZeroDuration() : burst == 0 ? absl::Seconds(1) : absl::Microseconds(250);
+      script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, false), after);
+    }
+  }
+  for (int i = 0; i < 10; ++i) {
+    script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, false), absl::Milliseconds(5));
+  }
+  script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, true), absl::Milliseconds(5));
+  return script;
+}
+
+TEST_F(StreamReaderUnitTest, UnsetTheWindowShortensInABacklogOverAUnixSocketAndGrowsBack) {
+  options_.read_coalesce.reset();
+  ASSERT_THAT(Run({BurstsThenTrickle()}, [](const SentUpdate& u) { return u.reply_requested; }),
               IsOk());
-  EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(trickled)));
-  EXPECT_THAT(log_->input_pauses(), Each(absl::Milliseconds(20)));
+  const std::vector<absl::Duration> pauses = log_->input_pauses();
+  ASSERT_GE(pauses.size(), 12u);
+  EXPECT_EQ(pauses.front(), kUnixReadWindow) << "the first window is the whole one";
+  EXPECT_LT(*std::min_element(pauses.begin(), pauses.end()), kUnixReadWindow / 2)
+      << "the turns after it brought half the walsender's send buffer";
+  EXPECT_THAT(pauses, Each(Ge(kUnixMinReadWindow)));
+  EXPECT_EQ(pauses.back(), kUnixReadWindow) << "trickling messages: back to the whole window";
+}
+
+// Set, the window holds over a Unix socket too: neither shortened nor grown.
+TEST_F(StreamReaderUnitTest, ASetReadWindowHoldsOverAUnixSocket) {
+  options_.read_coalesce = absl::Milliseconds(1);
+  ASSERT_THAT(Run({BurstsThenTrickle()}, [](const SentUpdate& u) { return u.reply_requested; }),
+              IsOk());
+  EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(12u)));
+  EXPECT_THAT(log_->input_pauses(), Each(absl::Milliseconds(1)));
 }
 
 TEST_F(StreamReaderUnitTest, WithoutCoalescingEveryArrivalIsReadAtOnce) {
