@@ -141,9 +141,10 @@ struct ReaderOptions {
   // After a read that emptied the socket, or brought less than kSmallRead,
   // wait this long (or for Stop/Wake) before reading it again, so that the
   // next read finds more. Unset: kTcpReadWindow over TCP, kUnixReadWindow
-  // adapted over a Unix-domain socket; set: that, over either. The cost is at most this much added
-  // latency for changes that arrive during the window; the first change after
-  // a quiet period is read at once. Zero reads as soon as anything arrives.
+  // adapted over a Unix-domain socket; set: that, over either. The cost is at
+  // most this much added latency for changes that arrive during the window;
+  // the first change after a quiet period is read at once. Zero reads as soon
+  // as anything arrives.
   std::optional<absl::Duration> read_coalesce;
 };
 

@@ -548,29 +548,42 @@ TEST_F(StreamReaderUnitTest, UnsetTricklingMessagesGetTheWholeWindowOverAUnixSoc
 
 // A backlog as a walsender sends it over a Unix socket (bursts of 150 small
 // messages, each burst what a blocked walsender sends when it is read), then,
-// once it is read, single messages 5 ms apart. The keepalive at the end asks
-// for a reply, which the test stops at.
-Script BurstsThenTrickle() {
+// once it is read, single messages 5 ms apart. The last one asks for a reply:
+// the update that answers it comes `*length` after the script's start.
+Script BurstsThenTrickle(absl::Duration* length) {
   Script script;
   script.UnixSocket();
+  *length = absl::Seconds(1);
   for (int burst = 0; burst < 20; ++burst) {
     for (int i = 0; i < 150; ++i) {
       const absl::Duration after =
           i > 0 ? absl::ZeroDuration() : burst == 0 ? absl::Seconds(1) : absl::Microseconds(250);
       script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, false), after);
+      if (burst > 0 && i == 0) *length += after;
     }
   }
-  for (int i = 0; i < 10; ++i) {
-    script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, false), absl::Milliseconds(5));
+  for (int i = 0; i < 11; ++i) {
+    script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, /*reply_requested=*/i == 10),
+                 absl::Milliseconds(5));
+    *length += absl::Milliseconds(5);
   }
-  script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, true), absl::Milliseconds(5));
   return script;
 }
 
-TEST_F(StreamReaderUnitTest, UnsetTheWindowShortensInABacklogOverAUnixSocketAndGrowsBack) {
+class StreamReaderBacklogTest : public StreamReaderUnitTest {
+ protected:
+  // Runs a reader over BurstsThenTrickle() up to its last frame's answer.
+  absl::Status RunBurstsThenTrickle() {
+    absl::Duration length;
+    Script script = BurstsThenTrickle(&length);
+    const absl::Time end = clock_.Now() + length;
+    return Run({script}, [&](const SentUpdate& u) { return u.at >= end; });
+  }
+};
+
+TEST_F(StreamReaderBacklogTest, UnsetTheWindowShortensOverAUnixSocketAndGrowsBack) {
   options_.read_coalesce.reset();
-  ASSERT_THAT(Run({BurstsThenTrickle()}, [](const SentUpdate& u) { return u.reply_requested; }),
-              IsOk());
+  ASSERT_THAT(RunBurstsThenTrickle(), IsOk());
   const std::vector<absl::Duration> pauses = log_->input_pauses();
   ASSERT_GE(pauses.size(), 12u);
   EXPECT_EQ(pauses.front(), kUnixReadWindow) << "the first window is the whole one";
@@ -581,10 +594,9 @@ TEST_F(StreamReaderUnitTest, UnsetTheWindowShortensInABacklogOverAUnixSocketAndG
 }
 
 // Set, the window holds over a Unix socket too: neither shortened nor grown.
-TEST_F(StreamReaderUnitTest, ASetReadWindowHoldsOverAUnixSocket) {
+TEST_F(StreamReaderBacklogTest, ASetReadWindowHoldsOverAUnixSocket) {
   options_.read_coalesce = absl::Milliseconds(1);
-  ASSERT_THAT(Run({BurstsThenTrickle()}, [](const SentUpdate& u) { return u.reply_requested; }),
-              IsOk());
+  ASSERT_THAT(RunBurstsThenTrickle(), IsOk());
   EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(12u)));
   EXPECT_THAT(log_->input_pauses(), Each(absl::Milliseconds(1)));
 }
