@@ -35,12 +35,22 @@ size_t VarintSize(uint64_t value) {
   return size;
 }
 
-void AppendVarint(uint64_t value, std::string* out) {
+// One byte (most lengths and kinds) is pushed; longer ones are written into
+// a local buffer and appended once, not pushed byte by byte (a capacity check
+// and a terminator each), which showed in the reader's profile.
+inline void AppendVarint(uint64_t value, std::string* out) {
+  if (value < 0x80) {
+    out->push_back(static_cast<char>(value));
+    return;
+  }
+  char bytes[10];  // A 64-bit varint takes at most 10.
+  size_t n = 0;
   while (value >= 0x80) {
-    out->push_back(static_cast<char>(value | 0x80));
+    bytes[n++] = static_cast<char>(value | 0x80);
     value >>= 7;
   }
-  out->push_back(static_cast<char>(value));
+  bytes[n++] = static_cast<char>(value);
+  out->append(bytes, n);
 }
 
 // A scalar field, left out at its default (0) as proto3 does.
