@@ -16,90 +16,76 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "replication/pgoutput.h"
 #include "replication/transaction_assembler.h"
 #include "server/event_encoder.h"
+#include "tests/testing/pgoutput_encoder.h"
 
 namespace {
 
+using walfeed::replication::Lsn;
 using walfeed::replication::TransactionAssembler;
 namespace pgoutput = walfeed::replication::pgoutput;
-
-// Big-endian fields, as the walsender's pq_send* functions write them.
-class Writer {
- public:
-  Writer& U8(uint8_t v) {
-    bytes_.push_back(v);
-    return *this;
-  }
-  Writer& I16(uint16_t v) { return U8(v >> 8).U8(v & 0xff); }
-  Writer& I32(uint32_t v) { return I16(v >> 16).I16(v & 0xffff); }
-  Writer& I64(uint64_t v) { return I32(v >> 32).I32(v & 0xffffffffu); }
-  Writer& Str(absl::string_view s) {
-    bytes_.insert(bytes_.end(), s.begin(), s.end());
-    return *this;
-  }
-  Writer& CStr(absl::string_view s) { return Str(s).U8(0); }
-  Writer& Tuple(const std::vector<std::string>& values) {
-    I16(values.size());
-    for (const std::string& v : values) U8('t').I32(v.size()).Str(v);
-    return *this;
-  }
-  std::vector<uint8_t> Take() { return std::move(bytes_); }
-
- private:
-  std::vector<uint8_t> bytes_;
-};
+using Kind = pgoutput::TupleValue::Kind;
 
 constexpr uint32_t kRelation = 16384;
 constexpr int kPerTransaction = 10;
 
-struct Column {
-  const char* name;
-  uint32_t oid;
-};
-
-std::vector<uint8_t> RelationMessage(char identity, const std::vector<Column>& columns) {
-  Writer w;
-  w.U8('R').I32(kRelation).CStr("public").CStr("bench_t").U8(identity).I16(columns.size());
-  for (const Column& c : columns) w.U8(1).CStr(c.name).I32(c.oid).I32(0xffffffffu);
-  return w.Take();
+pgoutput::TupleData Row(std::vector<std::string> values) {
+  pgoutput::TupleData row;
+  for (std::string& value : values) row.columns.push_back({Kind::kText, std::move(value)});
+  return row;
 }
 
-// The messages of `events` row events: the Relation, then transactions.
+pgoutput::Relation RelationOf(char identity,
+                              const std::vector<std::pair<const char*, uint32_t>>& columns) {
+  pgoutput::Relation relation;
+  relation.relation_id = kRelation;
+  relation.namespace_name = "public";
+  relation.relation_name = "bench_t";
+  relation.replica_identity = identity;
+  for (const auto& [name, oid] : columns) relation.columns.push_back({1, name, oid, -1});
+  return relation;
+}
+
+// The messages of `events` row events, as the walsender writes them (the
+// tests' pgoutput encoder): the Relation, then transactions.
 std::vector<std::vector<uint8_t>> Messages(bool update, size_t events) {
   std::vector<std::vector<uint8_t>> out;
-  if (update) {
-    out.push_back(RelationMessage('f', {{"id", 23}, {"k", 23}, {"pad", 25}, {"note", 25}}));
-  } else {
-    out.push_back(RelationMessage('d', {{"id", 20}, {"payload", 25}, {"n", 23}}));
-  }
+  out.push_back(walfeed::testing::Encode(
+      update ? RelationOf('f', {{"id", 23}, {"k", 23}, {"pad", 25}, {"note", 25}})
+             : RelationOf('d', {{"id", 20}, {"payload", 25}, {"n", 23}})));
   uint64_t lsn = 0x4E473E0;
   for (size_t i = 0; i < events; i += kPerTransaction) {
-    const uint64_t commit = lsn + 0x1000;
-    out.push_back(Writer().U8('B').I64(commit).I64(800000000000000 + i).I32(1000 + i).Take());
+    const Lsn commit(lsn + 0x1000);
+    const int64_t time = 800000000000000 + static_cast<int64_t>(i);
+    out.push_back(walfeed::testing::Encode(
+        pgoutput::Begin{commit, time, static_cast<uint32_t>(1000 + i)}));
     for (size_t j = i; j < std::min(events, i + kPerTransaction); ++j) {
       if (update) {
-        const std::vector<std::string> old_row = {absl::StrCat(j), absl::StrCat(j % 1000),
-                                                  std::string(40, 'x'), "before"};
-        std::vector<std::string> new_row = old_row;
-        new_row[3] = absl::StrCat("after ", j);
-        out.push_back(Writer().U8('U').I32(kRelation).U8('O').Tuple(old_row).U8('N')
-                          .Tuple(new_row).Take());
+        pgoutput::Update change;
+        change.relation_id = kRelation;
+        change.old_kind = pgoutput::OldTupleKind::kFull;
+        change.old_tuple =
+            Row({absl::StrCat(j), absl::StrCat(j % 1000), std::string(40, 'x'), "before"});
+        change.new_tuple = change.old_tuple;
+        change.new_tuple.columns[3].data = absl::StrCat("after ", j);
+        out.push_back(walfeed::testing::Encode(change));
       } else {
-        out.push_back(Writer().U8('I').I32(kRelation).U8('N')
-                          .Tuple({absl::StrCat(j), absl::StrCat("row number ", j),
-                                  absl::StrCat(j % 100)})
-                          .Take());
+        pgoutput::Insert change;
+        change.relation_id = kRelation;
+        change.new_tuple =
+            Row({absl::StrCat(j), absl::StrCat("row number ", j), absl::StrCat(j % 100)});
+        out.push_back(walfeed::testing::Encode(change));
       }
     }
-    out.push_back(Writer().U8('C').U8(0).I64(commit).I64(commit + 0x30)
-                      .I64(800000000000000 + i).Take());
-    lsn = commit + 0x30;
+    out.push_back(walfeed::testing::Encode(
+        pgoutput::Commit{0, commit, Lsn(commit.value() + 0x30), time}));
+    lsn = commit.value() + 0x30;
   }
   return out;
 }

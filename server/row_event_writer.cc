@@ -38,7 +38,7 @@ size_t VarintSize(uint64_t value) {
 // One byte (most lengths and kinds) is pushed; longer ones are written into
 // a local buffer and appended once, not pushed byte by byte (a capacity check
 // and a terminator each), which showed in the reader's profile.
-inline void AppendVarint(uint64_t value, std::string* out) {
+void AppendVarint(uint64_t value, std::string* out) {
   if (value < 0x80) {
     out->push_back(static_cast<char>(value));
     return;
