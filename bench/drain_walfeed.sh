@@ -20,9 +20,15 @@
 # (unset: the server default), WALFEED_BENCH_LOGS (a directory to keep each
 # run's server log in, as <slot>.log).
 set -euo pipefail
+# Everything below that runs before the server starts or after it stops is
+# inside the measured time, so it uses bash builtins ($EPOCHREALTIME, printf,
+# mapfile) rather than starting a process per step (date, seq, cat, tail: each
+# a fork and exec, several milliseconds apiece on a loaded 2-core machine).
 
 : "${SLOT:?SLOT not set}" "${END_LSN:?END_LSN not set}" "${PUBLICATION:?PUBLICATION not set}"
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+script=${BASH_SOURCE[0]}
+[[ $script == */* ]] || script=./$script
+HERE="$(cd "${script%/*}" && pwd)"
 BUILD="${WALFEED_BUILD:-$HERE/../build}"
 SERVER_BIN="$BUILD/server/walfeed-server"
 DRAIN_BIN="$BUILD/bench/walfeed_drain"
@@ -41,7 +47,7 @@ tmp="$(mktemp -d /tmp/walfeed-drain.XXXXXX)"
 # confirmed_flush_lsn. The records stay behind in the bench database's
 # `wfbench` schema, one small row per run; nothing per run costs DDL or a psql
 # call inside the measured time.
-stream="b_$(date +%s%N)_$$"
+stream="b_${EPOCHREALTIME/[.,]/}_$$"
 conninfo="host=$PG_HOST port=$PG_PORT user=$PG_USER dbname=$PG_DB"
 server_pid=""
 
@@ -60,26 +66,17 @@ trap cleanup EXIT
 # A free loopback port without starting an interpreter: a random high port
 # nothing accepts connections on (bash's /dev/tcp).
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for _ in $(seq 1 50); do
+for ((attempt = 0; attempt < 50; attempt++)); do
   port=$(( 20000 + RANDOM % 30000 ))
   port_free "$port" && break
 done
-cat >"$tmp/walfeed.yaml" <<YAML
-listen: "127.0.0.1:$port"
-plaintext: true
-checkpoint:
-  schema: wfbench
-shutdown_timeout: 5s
-defaults:
-  buffer_bytes: ${WALFEED_BUFFER_BYTES:-67108864}
-${WALFEED_READ_COALESCE:+  read_coalesce: $WALFEED_READ_COALESCE}
-streams:
-  - name: $stream
-    conninfo: "$conninfo"
-    slot: $SLOT
-    publications: [$PUBLICATION]
-    create_missing: false
-YAML
+{
+  printf '%s\n' "listen: \"127.0.0.1:$port\"" "plaintext: true" "checkpoint:" "  schema: wfbench" \
+    "shutdown_timeout: 5s" "defaults:" "  buffer_bytes: ${WALFEED_BUFFER_BYTES:-67108864}"
+  [ -n "${WALFEED_READ_COALESCE:-}" ] && printf '  read_coalesce: %s\n' "$WALFEED_READ_COALESCE"
+  printf '%s\n' "streams:" "  - name: $stream" "    conninfo: \"$conninfo\"" "    slot: $SLOT" \
+    "    publications: [$PUBLICATION]" "    create_missing: false"
+} >"$tmp/walfeed.yaml"
 
 # GNU time runs a shell that execs the server, so the pid in server.pid is the
 # server's own: SIGTERM goes to it, and time reports its CPU and max RSS.
@@ -87,8 +84,8 @@ YAML
   bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$tmp/server.pid" \
   "$SERVER_BIN" --config "$tmp/walfeed.yaml" >"$tmp/server.log" 2>&1 &
 time_pid=$!
-for _ in $(seq 1 500); do [ -s "$tmp/server.pid" ] && break; sleep 0.01; done
-server_pid="$(cat "$tmp/server.pid")"
+for ((attempt = 0; attempt < 500; attempt++)); do [ -s "$tmp/server.pid" ] && break; sleep 0.01; done
+read -r server_pid <"$tmp/server.pid"
 
 drain_rc=0
 event_form=full
@@ -100,11 +97,11 @@ event_form=full
   --event-form "$event_form" >"$tmp/drain.json" || drain_rc=$?
 
 # SIGTERM to exit, with nothing in flight (the client has acked and gone).
-stop_begin="$(date +%s.%N)"
+stop_begin=$EPOCHREALTIME
 kill -TERM "$server_pid"
 server_rc=0
 wait "$time_pid" || server_rc=$?
-stop_end="$(date +%s.%N)"
+stop_end=$EPOCHREALTIME
 server_pid=""
 if [ "$drain_rc" != 0 ] || [ "$server_rc" != 0 ]; then
   echo "drain_walfeed.sh: drain exit $drain_rc, server exit $server_rc; server log tail:" >&2
@@ -112,10 +109,20 @@ if [ "$drain_rc" != 0 ] || [ "$server_rc" != 0 ]; then
 fi
 
 # The client's JSON line, extended (awk, not an interpreter start-up per run).
-awk -v server_t="$(cat "$tmp/server.time" 2>/dev/null | tail -n 1)" \
-    -v drain_t="$(cat "$tmp/drain.time" 2>/dev/null | tail -n 1)" \
-    -v drain_rc="$drain_rc" -v server_rc="$server_rc" \
-    -v stop_s="$(awk -v a="$stop_begin" -v b="$stop_end" 'BEGIN { printf "%.4f", b - a }')" '
+# GNU time's line is the file's last (a signal note may come before it).
+last_line() {
+  local -n into=$2
+  local lines=()
+  into=""
+  mapfile -t lines <"$1" 2>/dev/null || true
+  if (( ${#lines[@]} > 0 )); then into=${lines[-1]}; fi
+}
+last_line "$tmp/server.time" server_t
+last_line "$tmp/drain.time" drain_t
+stop_us=$(( 10#${stop_end/[.,]/} - 10#${stop_begin/[.,]/} ))
+printf -v stop_s '%d.%06d' $(( stop_us / 1000000 )) $(( stop_us % 1000000 ))
+awk -v server_t="$server_t" -v drain_t="$drain_t" \
+    -v drain_rc="$drain_rc" -v server_rc="$server_rc" -v stop_s="$stop_s" '
   function timed(line, prefix,   f) {
     if (split(line, f, " ") < 4) return ""
     return sprintf(", \"%s_wall_s\": %s, \"%s_cpu_s\": %.3f, \"%s_user_s\": %s, \"%s_sys_s\": %s, \"%s_max_rss_kb\": %d",
