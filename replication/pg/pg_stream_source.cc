@@ -120,6 +120,7 @@ absl::Status PgStreamSource::Run(const StartPlan& plan, AckTracker* tracker, Str
   }
   ReaderOptions reader_options =
       ReaderOptionsFor(options_.config, *prepared_, options_.checkpoint_schema);
+  prepared_->walsender.reset();  // The reader's now; a later run connects anew.
   reader_options.expected_slot = plan.identity;
   reader_options.deliver_after = plan.deliver_after;
   reader_options.max_feedback_interval = options_.max_feedback_interval;
@@ -290,6 +291,9 @@ absl::Status PgStreamSource::CheckLead() {
 void PgStreamSource::Resign() {
   absl::MutexLock lock(&lead_mu_);
   lead_.Release();
+  // Prepared but not run (the lead was lost in between): a standby holds no
+  // WAL sender. Prepare() and Run() are on the caller's thread, as this is.
+  if (prepared_) prepared_->walsender.reset();
 }
 
 std::string PgStreamSource::Leader() {

@@ -203,9 +203,12 @@ std::string SlotOlderThanPublicationsWarning(absl::string_view slot_name,
 // says whether to check that a slot and a WAL sender are free; Provision()
 // skips that after creating the slot, when its own walsender may still be
 // exiting. `table_checks` kDeferred leaves out the table warnings' queries
-// when every publication exists (report.table_checks_deferred).
+// when every publication exists (report.table_checks_deferred). With
+// `walsender_held` the caller already holds the WAL sender it will stream on
+// (counted among those in use): only a free slot is checked.
 absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config,
-                                        bool check_capacity, TableChecks table_checks) {
+                                        bool check_capacity, TableChecks table_checks,
+                                        bool walsender_held = false) {
   WALFEED_ASSIGN_OR_RETURN(const ServerState server, ReadServerState(conn));
   WALFEED_RETURN_IF_ERROR(CheckServer(server));
   PreflightReport report;
@@ -265,7 +268,7 @@ absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config
           ": drop an unused slot (see pg_replication_slots) or raise max_replication_slots "
           "in postgresql.conf and restart PostgreSQL"));
     }
-    if (senders >= server.max_wal_senders) {
+    if (!walsender_held && senders >= server.max_wal_senders) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "all WAL senders are in use (", senders,
           " replication connections, max_wal_senders = ", server.max_wal_senders,
@@ -338,13 +341,14 @@ absl::StatusOr<PreflightReport> Preflight(const StreamConfig& config) {
 }
 
 absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config,
-                                              TableChecks table_checks) {
+                                              TableChecks table_checks, bool walsender_held) {
   WALFEED_RETURN_IF_ERROR(config.Validate());
   Inspected inspected;
   WALFEED_ASSIGN_OR_RETURN(inspected.conn, Connect(config.conninfo, ConnectionKind::kSql));
   WALFEED_ASSIGN_OR_RETURN(
       inspected.report,
-      Inspect(inspected.conn.get(), config, /*check_capacity=*/true, table_checks));
+      Inspect(inspected.conn.get(), config, /*check_capacity=*/true, table_checks,
+              walsender_held));
   return inspected;
 }
 

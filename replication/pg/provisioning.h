@@ -128,8 +128,12 @@ struct Inspected {
   PgConnPtr conn;
   PreflightReport report;
 };
+// `walsender_held`: the caller holds a replication connection it will stream
+// on, so no further WAL sender is needed (the count of those in use is not
+// checked).
 absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config,
-                                              TableChecks table_checks = TableChecks::kNow);
+                                              TableChecks table_checks = TableChecks::kNow,
+                                              bool walsender_held = false);
 absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected inspected,
                                           const SnapshotSteps* snapshot = nullptr);
 

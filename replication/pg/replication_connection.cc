@@ -215,22 +215,36 @@ absl::StatusOr<Readiness> PgReplicationConnection::Wait(bool want_input, absl::T
   return ready;
 }
 
-absl::StatusOr<std::unique_ptr<ReplicationConnection>> PgReplicationOpener::Open(Lsn start) {
-  WALFEED_ASSIGN_OR_RETURN(std::unique_ptr<PgReplicationConnection> conn,
-                           PgReplicationConnection::Connect(options_.conninfo));
+absl::Status PgReplicationOpener::StartOn(PgReplicationConnection& conn, Lsn start) {
   SlotCheck check{options_.stream_name, options_.slot_name, options_.checkpoint_schema, 0, {}};
   if (options_.expected_slot) {
-    WALFEED_ASSIGN_OR_RETURN(check.system_identifier, ReadSystemIdentifier(conn->pg()));
-    WALFEED_ASSIGN_OR_RETURN(check.slot, ReadSlot(conn->pg(), options_.slot_name));
+    WALFEED_ASSIGN_OR_RETURN(check.system_identifier, ReadSystemIdentifier(conn.pg()));
+    WALFEED_ASSIGN_OR_RETURN(check.slot, ReadSlot(conn.pg(), options_.slot_name));
     WALFEED_RETURN_IF_ERROR(CheckResume(check, *options_.expected_slot, start));
   }
   StartOptions start_options;
   start_options.slot_name = options_.slot_name;
   start_options.start_lsn = start;
   start_options.publication_names = options_.publication_names;
-  if (absl::Status started = conn->Start(start_options); !started.ok()) {
+  if (absl::Status started = conn.Start(start_options); !started.ok()) {
     return ExplainStartFailure(started, check, start);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ReplicationConnection>> PgReplicationOpener::Open(Lsn start) {
+  std::unique_ptr<PgReplicationConnection> conn =
+      options_.handoff ? options_.handoff->Take() : nullptr;
+  if (conn != nullptr) {
+    absl::Status started = StartOn(*conn, start);
+    if (started.ok()) return std::unique_ptr<ReplicationConnection>(std::move(conn));
+    // Only a connection that broke while it waited (the server restarted, or
+    // ended the idle session) is replaced; the slot checks' and the server's
+    // refusals stand, as they would on a new connection.
+    if (PQstatus(conn->pg()) != CONNECTION_BAD) return started;
+  }
+  WALFEED_ASSIGN_OR_RETURN(conn, PgReplicationConnection::Connect(options_.conninfo));
+  WALFEED_RETURN_IF_ERROR(StartOn(*conn, start));
   return std::unique_ptr<ReplicationConnection>(std::move(conn));
 }
 

@@ -17,9 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "replication/lsn.h"
@@ -83,6 +85,24 @@ class PgReplicationConnection final : public ReplicationConnection {
   bool pending_output_ = false;  // libpq holds unsent output.
 };
 
+// A replication connection opened before its stream was prepared (the start-up
+// reads the slot over it), kept for the reader's first session: a backend start
+// and a cold catalog cache fewer between "prepared" and "streaming". Taken at
+// most once; if nobody takes it, dropping the last reference closes it.
+class WalSenderHandoff {
+ public:
+  explicit WalSenderHandoff(std::unique_ptr<PgReplicationConnection> conn)
+      : conn_(std::move(conn)) {}
+  std::unique_ptr<PgReplicationConnection> Take() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return std::move(conn_);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::unique_ptr<PgReplicationConnection> conn_ ABSL_GUARDED_BY(mu_);
+};
+
 // The START_REPLICATION command for `options` (exposed for tests).
 std::string StartReplicationCommand(const StartOptions& options);
 
@@ -99,11 +119,17 @@ class PgReplicationOpener final : public ReplicationOpener {
     std::vector<std::string> publication_names;
     std::string checkpoint_schema;  // For the remedies in error messages.
     std::optional<SlotIdentity> expected_slot;
+    // The first Open() starts on this connection when it is still there and
+    // still up (one that broke while it waited is replaced by a new one).
+    std::shared_ptr<WalSenderHandoff> handoff;
   };
   explicit PgReplicationOpener(Options options) : options_(std::move(options)) {}
   absl::StatusOr<std::unique_ptr<ReplicationConnection>> Open(Lsn start) override;
 
  private:
+  // The slot checks and START_REPLICATION on `conn`.
+  absl::Status StartOn(PgReplicationConnection& conn, Lsn start);
+
   const Options options_;
 };
 

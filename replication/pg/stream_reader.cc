@@ -32,7 +32,7 @@ std::shared_ptr<spdlog::logger> Logger() {
 std::unique_ptr<ReplicationOpener> MakePgOpener(const ReaderOptions& options) {
   return std::make_unique<PgReplicationOpener>(PgReplicationOpener::Options{
       options.stream_name, options.conninfo, options.slot_name, options.publication_names,
-      options.excluded_schema, options.expected_slot});
+      options.excluded_schema, options.expected_slot, options.first_connection});
 }
 
 StreamReader::StreamReader(ReaderOptions options, AckTracker* tracker, StreamSink* sink,

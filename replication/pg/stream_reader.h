@@ -89,6 +89,8 @@
 
 namespace walfeed::replication::pg {
 
+class WalSenderHandoff;  // replication_connection.h
+
 // The read window over TCP unless configured. A reader that wakes for every
 // message makes the walsender pay a wake-up per message, and one that reads
 // again at once while messages trickle in has the kernel acknowledge each as
@@ -146,6 +148,9 @@ struct ReaderOptions {
   // the first change after a quiet period is read at once. Zero reads as soon
   // as anything arrives.
   std::optional<absl::Duration> read_coalesce;
+  // A replication connection the start-up kept open (PreparedStream::walsender):
+  // the first session starts on it instead of connecting.
+  std::shared_ptr<WalSenderHandoff> first_connection;
 };
 
 class StreamReader {

@@ -9,15 +9,21 @@
 namespace walfeed::replication::pg {
 namespace {
 
-// The slot and the cluster it is in, read over a short-lived replication
-// connection (IDENTIFY_SYSTEM needs one), closed again so it holds no walsender.
+// The slot and the cluster it is in, read over `conn`, a replication
+// connection (IDENTIFY_SYSTEM needs one).
+absl::StatusOr<SlotCheck> ReadSlotCheck(PGconn* conn, const StreamConfig& config,
+                                        absl::string_view checkpoint_schema) {
+  SlotCheck check{config.name, config.slot_name, std::string(checkpoint_schema), 0, {}};
+  WALFEED_ASSIGN_OR_RETURN(check.system_identifier, ReadSystemIdentifier(conn));
+  WALFEED_ASSIGN_OR_RETURN(check.slot, ReadSlot(conn, config.slot_name));
+  return check;
+}
+
+// The same over a short-lived connection, closed again so it holds no walsender.
 absl::StatusOr<SlotCheck> ReadSlotCheck(const StreamConfig& config,
                                         absl::string_view checkpoint_schema) {
   WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kReplication));
-  SlotCheck check{config.name, config.slot_name, std::string(checkpoint_schema), 0, {}};
-  WALFEED_ASSIGN_OR_RETURN(check.system_identifier, ReadSystemIdentifier(conn.get()));
-  WALFEED_ASSIGN_OR_RETURN(check.slot, ReadSlot(conn.get(), config.slot_name));
-  return check;
+  return ReadSlotCheck(conn.get(), config, checkpoint_schema);
 }
 
 }  // namespace
@@ -27,13 +33,23 @@ StartReads StartReads::Begin(const StreamConfig& config, std::string checkpoint_
   if (!config.Validate().ok()) return reads;
   reads.abandoned_ = std::make_shared<std::atomic<bool>>(false);
   auto read = [config, schema = std::move(checkpoint_schema), abandoned = reads.abandoned_] {
-    Results results{ReadSlotCheck(config, schema),
-                    absl::CancelledError("not inspected: the slot could not be read")};
+    Results results{absl::UnknownError("not read"),
+                    absl::CancelledError("not inspected: the slot could not be read"), nullptr};
+    absl::StatusOr<std::unique_ptr<PgReplicationConnection>> conn =
+        PgReplicationConnection::Connect(config.conninfo);
+    if (!conn.ok()) {
+      results.slot = conn.status();
+      return results;
+    }
+    results.slot = ReadSlotCheck((*conn)->pg(), config, schema);
     if (!results.slot.ok()) return results;
+    if (results.slot->slot) results.walsender = *std::move(conn);
+    conn->reset();  // Closed now when not kept (see above).
     if (abandoned->load()) {
       results.inspection = absl::CancelledError("not inspected: start-up was abandoned");
     } else {
-      results.inspection = InspectForProvision(config, TableChecks::kDeferred);
+      results.inspection = InspectForProvision(config, TableChecks::kDeferred,
+                                               /*walsender_held=*/results.walsender != nullptr);
     }
     return results;
   };
@@ -96,6 +112,9 @@ absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
     WALFEED_RETURN_IF_ERROR(committer->BindSlot(config.name, config.slot_name,
                                                 prepared.plan.identity, prepared.plan.start));
   }
+  if (read.walsender != nullptr && !prepared.provisioned.created_slot) {
+    prepared.walsender = std::make_shared<WalSenderHandoff>(std::move(read.walsender));
+  }
   return prepared;
 }
 
@@ -109,6 +128,7 @@ ReaderOptions ReaderOptionsFor(const StreamConfig& config, const PreparedStream&
   options.excluded_schema = std::string(checkpoint_schema);
   options.expected_slot = prepared.plan.identity;
   options.deliver_after = prepared.plan.deliver_after;
+  options.first_connection = prepared.walsender;
   return options;
 }
 

@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "replication/group_committer.h"
 #include "replication/pg/provisioning.h"
+#include "replication/pg/replication_connection.h"
 #include "replication/pg/slot_guard.h"
 #include "replication/stream_config.h"
 #include "replication/pg/stream_reader.h"
@@ -34,12 +35,15 @@ namespace walfeed::replication::pg {
 
 // The reads PrepareStream starts with, begun on a thread of their own so that
 // they overlap whatever the caller does meanwhile (opening the checkpoint store
-// and loading from it): the slot over a short replication connection, closed
-// again, then Provision's preflight over a SQL connection. A new connection
-// costs a backend start and a cold catalog cache, several milliseconds each on
-// a local server. The two stay in sequence: the preflight counts the WAL
-// senders in use, and must not count the slot read's. Neither writes anything;
-// what PrepareStream decides from them, and in which order, is as above.
+// and loading from it): the slot over a replication connection, then
+// Provision's preflight over a SQL connection. A new connection costs a backend
+// start and a cold catalog cache, several milliseconds each on a local server
+// (tens on a loaded one). When the slot exists, the slot read's connection is
+// kept for the reader (PreparedStream::walsender), and the preflight, which
+// then counts it among the WAL senders in use, does not ask for another; a slot
+// walfeed is about to create is created over a connection of its own, so the
+// slot read's is closed first. Neither read writes anything; what PrepareStream
+// decides from them, and in which order, is as above.
 class StartReads {
  public:
   // Nothing is started for a `config` that does not validate (PrepareStream
@@ -50,6 +54,8 @@ class StartReads {
     absl::StatusOr<SlotCheck> slot;
     // Not run (an error) when the slot could not be read.
     absl::StatusOr<Inspected> inspection;
+    // The slot read's connection, kept when the slot exists.
+    std::unique_ptr<PgReplicationConnection> walsender;
   };
   // Waits for the reads; call once, on a StartReads from Begin() with a
   // `config` that validates.
@@ -72,6 +78,10 @@ class StartReads {
 struct PreparedStream {
   StartPlan plan;
   ProvisionResult provisioned;  // What was created, and the preflight warnings.
+  // The start-up's replication connection, for the reader's first session
+  // (ReaderOptionsFor passes it on); null when the slot was created, or when
+  // the caller's reads were not begun with StartReads.
+  std::shared_ptr<WalSenderHandoff> walsender;
 };
 
 // Prepares `config`'s stream against the server and the checkpoint store behind

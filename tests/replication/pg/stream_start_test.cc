@@ -163,6 +163,60 @@ TEST_F(StreamStartTest, RestartResumesFromStoredPositionAndDropsAckedEvents) {
   EXPECT_THAT(reader.Stop(), IsOk());
 }
 
+// A start on an existing slot keeps the replication connection it read the
+// slot over, and the reader's first session streams on it: one backend start
+// fewer between "prepared" and "streaming". A slot walfeed creates is created
+// over a connection of its own, so nothing is kept then.
+TEST_F(StreamStartTest, TheSlotReadsConnectionIsTheReadersFirst) {
+  absl::StatusOr<PreparedStream> created = Prepare();
+  ASSERT_THAT(created, IsOk());
+  EXPECT_EQ(created->walsender, nullptr);
+  absl::StatusOr<PreparedStream> prepared = Prepare();
+  ASSERT_THAT(prepared, IsOk());
+  ASSERT_NE(prepared->walsender, nullptr);
+  // Its backend, to compare with the walsender that ends up on the slot.
+  std::unique_ptr<PgReplicationConnection> kept = prepared->walsender->Take();
+  ASSERT_NE(kept, nullptr);
+  const std::string kept_pid = std::to_string(PQbackendPID(kept->pg()));
+  prepared->walsender = std::make_shared<WalSenderHandoff>(std::move(kept));
+
+  AckTracker tracker(prepared->plan.start);
+  CollectingSink sink;
+  CommittedConfirmedStore confirmed(committer_.get(), "orders");
+  RunningReader reader(Options(*prepared), &tracker, &sink, &confirmed, prepared->plan.start);
+  ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (1, 'a')"), IsOk());
+  ASSERT_TRUE(sink.WaitForCommits(1));
+  EXPECT_EQ(SlotColumn("active_pid"), kept_pid);
+  EXPECT_EQ(reader.reader().stats().reconnects, 0u);
+  EXPECT_THAT(reader.Stop(), IsOk());
+}
+
+// The kept connection can die while it waits (a server restart, an idle
+// session ended): the first session then connects anew instead of failing.
+TEST_F(StreamStartTest, AKeptConnectionThatDiedIsReplaced) {
+  ASSERT_THAT(Prepare(), IsOk());
+  absl::StatusOr<PreparedStream> prepared = Prepare();
+  ASSERT_THAT(prepared, IsOk());
+  ASSERT_NE(prepared->walsender, nullptr);
+  std::unique_ptr<PgReplicationConnection> kept = prepared->walsender->Take();
+  ASSERT_NE(kept, nullptr);
+  const std::string kept_pid = std::to_string(PQbackendPID(kept->pg()));
+  prepared->walsender = std::make_shared<WalSenderHandoff>(std::move(kept));
+  ASSERT_THAT(pg_->Exec("SELECT pg_terminate_backend(" + kept_pid + ", 10000)"), IsOk());
+
+  AckTracker tracker(prepared->plan.start);
+  CollectingSink sink;
+  CommittedConfirmedStore confirmed(committer_.get(), "orders");
+  RunningReader reader(Options(*prepared), &tracker, &sink, &confirmed, prepared->plan.start);
+  ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (1, 'a')"), IsOk());
+  ASSERT_TRUE(sink.WaitForCommits(1));
+  const std::string active = SlotColumn("active_pid");
+  EXPECT_NE(active, kept_pid);
+  EXPECT_NE(active, "");
+  EXPECT_EQ(reader.reader().stats().reconnects, 0u);  // Replaced within the first open.
+  EXPECT_THAT(reader.Stop(), IsOk());
+}
+
 TEST_F(StreamStartTest, DroppedSlotFailsClosedAndIsNotRecreated) {
   ASSERT_THAT(Prepare(), IsOk());
   ASSERT_THAT(pg_->Exec("SELECT pg_drop_replication_slot('s')"), IsOk());
