@@ -44,7 +44,7 @@ StartReads StartReads::Begin(const StreamConfig& config, std::string checkpoint_
     results.slot = ReadSlotCheck((*conn)->pg(), config, schema);
     if (!results.slot.ok()) return results;
     if (results.slot->slot) results.walsender = *std::move(conn);
-    conn->reset();  // Closed now when not kept (see above).
+    conn->reset();  // Not kept: closed before the preflight counts the WAL senders.
     if (abandoned->load()) {
       results.inspection = absl::CancelledError("not inspected: start-up was abandoned");
     } else {
