@@ -20,6 +20,7 @@
 # (unset: the server default), WALFEED_BENCH_LOGS (a directory to keep each
 # run's server log in, as <slot>.log).
 set -euo pipefail
+: "${EPOCHREALTIME:?drain_walfeed.sh needs bash 5 or later (\$EPOCHREALTIME)}"
 # Everything below that runs before the server starts or after it stops is
 # inside the measured time, so it uses bash builtins ($EPOCHREALTIME, printf,
 # mapfile) rather than starting a process per step (date, seq, cat, tail: each
@@ -114,12 +115,14 @@ last_line() {
   local -n into=$2
   local lines=()
   into=""
-  mapfile -t lines <"$1" 2>/dev/null || true
+  [[ -r $1 ]] || return 0
+  mapfile -t lines <"$1"
   if (( ${#lines[@]} > 0 )); then into=${lines[-1]}; fi
 }
 last_line "$tmp/server.time" server_t
 last_line "$tmp/drain.time" drain_t
 stop_us=$(( 10#${stop_end/[.,]/} - 10#${stop_begin/[.,]/} ))
+(( stop_us >= 0 )) || stop_us=0  # The wall clock stepped back meanwhile.
 printf -v stop_s '%d.%06d' $(( stop_us / 1000000 )) $(( stop_us % 1000000 ))
 awk -v server_t="$server_t" -v drain_t="$drain_t" \
     -v drain_rc="$drain_rc" -v server_rc="$server_rc" -v stop_s="$stop_s" '

@@ -5,6 +5,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -120,7 +121,12 @@ absl::Status PgStreamSource::Run(const StartPlan& plan, AckTracker* tracker, Str
   }
   ReaderOptions reader_options =
       ReaderOptionsFor(options_.config, *prepared_, options_.checkpoint_schema);
-  prepared_->walsender.reset();  // The reader's now; a later run connects anew.
+  // The kept connection is this run's alone: a later run connects anew, and
+  // one this run never took (stopped before its first session) is closed when
+  // it returns, not held by the finished reader until the next run.
+  const absl::Cleanup release_kept = [kept = std::move(prepared_->walsender)] {
+    if (kept) (void)kept->Take();
+  };
   reader_options.expected_slot = plan.identity;
   reader_options.deliver_after = plan.deliver_after;
   reader_options.max_feedback_interval = options_.max_feedback_interval;
@@ -289,10 +295,13 @@ absl::Status PgStreamSource::CheckLead() {
 }
 
 void PgStreamSource::Resign() {
-  absl::MutexLock lock(&lead_mu_);
-  lead_.Release();
+  {
+    absl::MutexLock lock(&lead_mu_);
+    lead_.Release();
+  }
   // Prepared but not run (the lead was lost in between): a standby holds no
-  // WAL sender. Prepare() and Run() are on the caller's thread, as this is.
+  // WAL sender. Resign() is called on the thread that prepares and runs, or
+  // once that thread has been joined.
   if (prepared_) prepared_->walsender.reset();
 }
 

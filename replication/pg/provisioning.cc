@@ -268,7 +268,9 @@ absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config
           ": drop an unused slot (see pg_replication_slots) or raise max_replication_slots "
           "in postgresql.conf and restart PostgreSQL"));
     }
-    if (!walsender_held && senders >= server.max_wal_senders) {
+    // A held walsender covers streaming only when the slot exists: one about
+    // to be created is created over a replication connection of its own.
+    if (!(walsender_held && report.slot_exists) && senders >= server.max_wal_senders) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "all WAL senders are in use (", senders,
           " replication connections, max_wal_senders = ", server.max_wal_senders,
