@@ -84,6 +84,19 @@ class StreamStartTest : public ::testing::Test {
                            " FROM pg_replication_slots WHERE slot_name = 's'")
         .value_or("<error>");
   }
+  // The backend of the connection `prepared` keeps for the reader, which
+  // stays kept ("" and a failure when none is kept).
+  std::string KeptBackendPid(PreparedStream& prepared) {
+    std::unique_ptr<PgReplicationConnection> kept =
+        prepared.walsender ? prepared.walsender->Take() : nullptr;
+    if (kept == nullptr) {
+      ADD_FAILURE() << "the start-up kept no replication connection";
+      return "";
+    }
+    const std::string pid = std::to_string(PQbackendPID(kept->pg()));
+    prepared.walsender = std::make_shared<WalSenderHandoff>(std::move(kept));
+    return pid;
+  }
   int SlotCount() {
     return std::stoi(
         pg_->QueryValue("SELECT count(*) FROM pg_replication_slots").value_or("-1"));
@@ -175,10 +188,8 @@ TEST_F(StreamStartTest, TheSlotReadsConnectionIsTheReadersFirst) {
   ASSERT_THAT(prepared, IsOk());
   ASSERT_NE(prepared->walsender, nullptr);
   // Its backend, to compare with the walsender that ends up on the slot.
-  std::unique_ptr<PgReplicationConnection> kept = prepared->walsender->Take();
-  ASSERT_NE(kept, nullptr);
-  const std::string kept_pid = std::to_string(PQbackendPID(kept->pg()));
-  prepared->walsender = std::make_shared<WalSenderHandoff>(std::move(kept));
+  const std::string kept_pid = KeptBackendPid(*prepared);
+  ASSERT_FALSE(kept_pid.empty());
 
   AckTracker tracker(prepared->plan.start);
   CollectingSink sink;
@@ -198,10 +209,8 @@ TEST_F(StreamStartTest, AKeptConnectionThatDiedIsReplaced) {
   absl::StatusOr<PreparedStream> prepared = Prepare();
   ASSERT_THAT(prepared, IsOk());
   ASSERT_NE(prepared->walsender, nullptr);
-  std::unique_ptr<PgReplicationConnection> kept = prepared->walsender->Take();
-  ASSERT_NE(kept, nullptr);
-  const std::string kept_pid = std::to_string(PQbackendPID(kept->pg()));
-  prepared->walsender = std::make_shared<WalSenderHandoff>(std::move(kept));
+  const std::string kept_pid = KeptBackendPid(*prepared);
+  ASSERT_FALSE(kept_pid.empty());
   ASSERT_THAT(pg_->Exec("SELECT pg_terminate_backend(" + kept_pid + ", 10000)"), IsOk());
 
   AckTracker tracker(prepared->plan.start);
