@@ -8,10 +8,12 @@
 #ifndef WALFEED_REPLICATION_SQL_TEXT_H_
 #define WALFEED_REPLICATION_SQL_TEXT_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace walfeed::replication {
@@ -29,6 +31,17 @@ std::string QuoteLiteral(absl::string_view literal);
 // double-quoted, so only `"` and `\` need escaping, and values such as NULL, {}
 // or "a,b" stay literal.
 std::string ArrayLiteral(const std::vector<std::string>& elements);
+
+// `sql` with each parameter reference ($1, $2, ...) replaced by its value as an
+// escape-string literal (E'...', with `\` and `'` doubled; nullopt: NULL), for
+// connections that accept only the simple query protocol (a logical
+// walsender). The literal is untyped, as a text parameter is, so the server
+// infers the same type from the context. References inside '...' and "..."
+// are left alone; `sql` is walfeed's own text, which has no comments or
+// dollar quoting. InvalidArgument for a reference to a parameter not given
+// and for a value containing a NUL byte (no literal can hold one).
+absl::StatusOr<std::string> InlineParameters(
+    absl::string_view sql, const std::vector<std::optional<std::string>>& params);
 
 // Attaches `sqlstate` (five characters) to `status`.
 void SetSqlState(absl::Status& status, absl::string_view sqlstate);

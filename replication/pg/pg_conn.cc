@@ -195,24 +195,11 @@ absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kin
   return conn;
 }
 
-absl::StatusOr<PgResultPtr> Exec(PGconn* conn, absl::string_view sql,
-                                 const std::vector<std::optional<std::string>>& params) {
-  std::vector<const char*> values;
-  values.reserve(params.size());
-  for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
-  PgResultPtr result(PQexecParams(conn, std::string(sql).c_str(),
-                                  static_cast<int>(values.size()), nullptr, values.data(),
-                                  nullptr, nullptr, 0));
-  const ExecStatusType status = PQresultStatus(result.get());
-  if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return result;
-  if (result == nullptr || PQstatus(conn) != CONNECTION_OK) {
-    return StatusFromConnection(conn, sql);
-  }
-  return StatusFromResult(result.get(), sql);
-}
+namespace {
 
-absl::StatusOr<PgResultPtr> ExecSimple(PGconn* conn, absl::string_view sql) {
-  PgResultPtr result(PQexec(conn, std::string(sql).c_str()));
+// `result`, the outcome of running `sql` on `conn`, or the error it carries.
+// PGRES_COPY_BOTH is START_REPLICATION's success.
+absl::StatusOr<PgResultPtr> Checked(PGconn* conn, PgResultPtr result, absl::string_view sql) {
   const ExecStatusType status = PQresultStatus(result.get());
   if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_COPY_BOTH) {
     return result;
@@ -221,6 +208,34 @@ absl::StatusOr<PgResultPtr> ExecSimple(PGconn* conn, absl::string_view sql) {
     return StatusFromConnection(conn, sql);
   }
   return StatusFromResult(result.get(), sql);
+}
+
+}  // namespace
+
+absl::StatusOr<PgResultPtr> Exec(PGconn* conn, absl::string_view sql,
+                                 const std::vector<std::optional<std::string>>& params) {
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+  return Checked(conn,
+                 PgResultPtr(PQexecParams(conn, std::string(sql).c_str(),
+                                          static_cast<int>(values.size()), nullptr,
+                                          values.data(), nullptr, nullptr, 0)),
+                 sql);
+}
+
+absl::StatusOr<PgResultPtr> ExecSimple(PGconn* conn, absl::string_view sql) {
+  return Checked(conn, PgResultPtr(PQexec(conn, std::string(sql).c_str())), sql);
+}
+
+absl::StatusOr<PgResultPtr> Exec(const SqlChannel& channel, absl::string_view sql,
+                                 const std::vector<std::optional<std::string>>& params) {
+  if (channel.kind == ConnectionKind::kSql) return Exec(channel.conn, sql, params);
+  absl::StatusOr<std::string> inlined = InlineParameters(sql, params);
+  if (!inlined.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(sql, ": ", inlined.status().message()));
+  }
+  return Checked(channel.conn, PgResultPtr(PQexec(channel.conn, inlined->c_str())), sql);
 }
 
 std::optional<std::string> Value(const PGresult* result, int row, int column) {

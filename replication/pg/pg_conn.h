@@ -57,6 +57,22 @@ absl::StatusOr<PgResultPtr> Exec(PGconn* conn, absl::string_view sql,
 // Runs a command with the simple query protocol (replication connections).
 absl::StatusOr<PgResultPtr> ExecSimple(PGconn* conn, absl::string_view sql);
 
+// A connection catalog queries can run on: an ordinary one, or a logical
+// walsender (replication=database), which runs SQL too but only over the
+// simple query protocol. Implicit from a PGconn* (an ordinary connection), so
+// code written for either takes a channel.
+struct SqlChannel {
+  SqlChannel(PGconn* conn, ConnectionKind kind = ConnectionKind::kSql)  // NOLINT: implicit
+      : conn(conn), kind(kind) {}
+  PGconn* conn;
+  ConnectionKind kind;
+};
+// Exec() on either kind: on a walsender the parameters are inlined as literals
+// (InlineParameters, sql_text.h) and the statement runs as a simple query.
+// Errors name `sql` as written, parameters not filled in.
+absl::StatusOr<PgResultPtr> Exec(const SqlChannel& channel, absl::string_view sql,
+                                 const std::vector<std::optional<std::string>>& params = {});
+
 // The status for a failed result / broken connection; `what` says what was tried.
 absl::Status StatusFromResult(const PGresult* result, absl::string_view what);
 absl::Status StatusFromConnection(const PGconn* conn, absl::string_view what);

@@ -75,7 +75,7 @@ Lsn LsnValue(const PGresult* result, int row, int column) {
 
 std::string Quoted(absl::string_view text) { return QuoteIdentifier(text); }
 
-absl::StatusOr<ServerState> ReadServerState(PGconn* conn) {
+absl::StatusOr<ServerState> ReadServerState(const SqlChannel& conn) {
   WALFEED_ASSIGN_OR_RETURN(PgResultPtr result, Exec(conn, kServerQuery));
   if (PQntuples(result.get()) != 1) {
     return absl::FailedPreconditionError(
@@ -199,16 +199,16 @@ std::string SlotOlderThanPublicationsWarning(absl::string_view slot_name,
       "and recreate the slot and re-snapshot");
 }
 
-// The checks behind Preflight() on an open SQL connection. `check_capacity`
+// The checks behind Preflight() on an open connection. `check_capacity`
 // says whether to check that a slot and a WAL sender are free; Provision()
 // skips that after creating the slot, when its own walsender may still be
 // exiting. `table_checks` kDeferred leaves out the table warnings' queries
-// when every publication exists (report.table_checks_deferred). With
-// `walsender_held` the caller already holds the WAL sender it will stream on
-// (counted among those in use): only a free slot is checked.
-absl::StatusOr<PreflightReport> Inspect(PGconn* conn, const StreamConfig& config,
-                                        bool check_capacity, TableChecks table_checks,
-                                        bool walsender_held = false) {
+// when every publication exists (report.table_checks_deferred). On a
+// walsender (InspectForProvision's `walsender`) the caller holds the WAL sender
+// it will stream on, counted among those in use: only a free slot is checked.
+absl::StatusOr<PreflightReport> Inspect(const SqlChannel& conn, const StreamConfig& config,
+                                        bool check_capacity, TableChecks table_checks) {
+  const bool walsender_held = conn.kind == ConnectionKind::kReplication;
   WALFEED_ASSIGN_OR_RETURN(const ServerState server, ReadServerState(conn));
   WALFEED_RETURN_IF_ERROR(CheckServer(server));
   PreflightReport report;
@@ -343,14 +343,18 @@ absl::StatusOr<PreflightReport> Preflight(const StreamConfig& config) {
 }
 
 absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config,
-                                              TableChecks table_checks, bool walsender_held) {
+                                              TableChecks table_checks, PGconn* walsender) {
   WALFEED_RETURN_IF_ERROR(config.Validate());
   Inspected inspected;
+  if (walsender != nullptr) {
+    WALFEED_ASSIGN_OR_RETURN(inspected.report,
+                             Inspect(SqlChannel(walsender, ConnectionKind::kReplication), config,
+                                     /*check_capacity=*/true, table_checks));
+    return inspected;
+  }
   WALFEED_ASSIGN_OR_RETURN(inspected.conn, Connect(config.conninfo, ConnectionKind::kSql));
-  WALFEED_ASSIGN_OR_RETURN(
-      inspected.report,
-      Inspect(inspected.conn.get(), config, /*check_capacity=*/true, table_checks,
-              walsender_held));
+  WALFEED_ASSIGN_OR_RETURN(inspected.report, Inspect(inspected.conn.get(), config,
+                                                     /*check_capacity=*/true, table_checks));
   return inspected;
 }
 
@@ -375,7 +379,6 @@ absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, const Hook
 
 absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected inspected,
                                           const Hooks& hooks, const SnapshotSteps* snapshot) {
-  PGconn* const conn = inspected.conn.get();
   PreflightReport& before = inspected.report;
   ProvisionResult result;
   if (!config.create_missing || (before.slot_exists && before.publications_exist())) {
@@ -383,6 +386,10 @@ absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected 
     result.report = std::move(before);
     return result;
   }
+  if (inspected.conn == nullptr) {  // Inspected on a walsender, which is kept for streaming.
+    WALFEED_ASSIGN_OR_RETURN(inspected.conn, Connect(config.conninfo, ConnectionKind::kSql));
+  }
+  PGconn* const conn = inspected.conn.get();
 
   // Publications first: the slot must not hold changes older than them.
   if (!before.missing_publications.empty() && hooks.before_create_publications) {

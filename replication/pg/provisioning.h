@@ -1,6 +1,7 @@
 // Preflight checks and provisioning of the slot and publications a stream needs.
 //
-// Preflight() inspects the server over an ordinary SQL connection and turns every
+// Preflight() inspects the server over an ordinary SQL connection (or the
+// caller's walsender, see InspectForProvision) and turns every
 // condition that would make streaming fail, or fail later in a confusing way,
 // into one definite Status whose message names the fix: wal_level, the role's
 // REPLICATION attribute, a slot that is unusable (wrong plugin, temporary,
@@ -125,15 +126,17 @@ absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config,
 // its result creates what is missing over the same connection. Errors are
 // Preflight()'s and Provision()'s respectively.
 struct Inspected {
-  PgConnPtr conn;
+  PgConnPtr conn;  // Null when inspected on the caller's walsender.
   PreflightReport report;
 };
-// `walsender_held`: the caller holds a replication connection it will stream
-// on, so no further WAL sender is needed (the count of those in use is not
-// checked).
+// `walsender`: a logical replication connection (replication=database) that the
+// caller holds and will stream on, for a slot that exists. The checks then run
+// on it, sparing a connection (a backend start) of their own, and count it
+// among the WAL senders in use, so no further one is needed. It stays the
+// caller's; Provision() connects anew if it must create a publication.
 absl::StatusOr<Inspected> InspectForProvision(const StreamConfig& config,
                                               TableChecks table_checks = TableChecks::kNow,
-                                              bool walsender_held = false);
+                                              PGconn* walsender = nullptr);
 absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected inspected,
                                           const SnapshotSteps* snapshot = nullptr);
 

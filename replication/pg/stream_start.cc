@@ -43,13 +43,15 @@ StartReads StartReads::Begin(const StreamConfig& config, std::string checkpoint_
     }
     results.slot = ReadSlotCheck((*conn)->pg(), config, schema);
     if (!results.slot.ok()) return results;
-    if (results.slot->slot) results.walsender = *std::move(conn);
-    conn->reset();  // Not kept: closed before the preflight counts the WAL senders.
     if (abandoned->load()) {
       results.inspection = absl::CancelledError("not inspected: start-up was abandoned");
+    } else if (results.slot->slot) {
+      // Kept, and the preflight runs on it: no connection of its own.
+      results.inspection = InspectForProvision(config, TableChecks::kDeferred, (*conn)->pg());
+      results.walsender = *std::move(conn);
     } else {
-      results.inspection = InspectForProvision(config, TableChecks::kDeferred,
-                                               /*walsender_held=*/results.walsender != nullptr);
+      conn->reset();  // Not kept: closed before the preflight counts the WAL senders.
+      results.inspection = InspectForProvision(config, TableChecks::kDeferred);
     }
     return results;
   };

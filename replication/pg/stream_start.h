@@ -36,14 +36,16 @@ namespace walfeed::replication::pg {
 // The reads PrepareStream starts with, begun on a thread of their own so that
 // they overlap whatever the caller does meanwhile (opening the checkpoint store
 // and loading from it): the slot over a replication connection, then
-// Provision's preflight over a SQL connection. A new connection costs a backend
-// start and a cold catalog cache, several milliseconds each on a local server
-// (tens on a loaded one). When the slot exists, the slot read's connection is
-// kept for the reader (PreparedStream::walsender), and the preflight, which
-// then counts it among the WAL senders in use, does not ask for another; a slot
-// walfeed is about to create is created over a connection of its own, so the
-// slot read's is closed first. Neither read writes anything; what PrepareStream
-// decides from them, and in which order, is as above.
+// Provision's preflight. A new connection costs a backend start and a cold
+// catalog cache, several milliseconds each on a local server (tens on a loaded
+// one, where backend starts also queue behind each other). When the slot
+// exists, the slot read's connection is kept for the reader
+// (PreparedStream::walsender) and the preflight runs on it too, counting it
+// among the WAL senders in use: the start-up opens no other connection to the
+// server for these reads. A slot walfeed is about to create is created over a
+// connection of its own, so then the slot read's is closed first and the
+// preflight runs over an SQL connection. Neither read writes anything; what
+// PrepareStream decides from them, and in which order, is as above.
 class StartReads {
  public:
   // Nothing is started for a `config` that does not validate (PrepareStream

@@ -103,7 +103,7 @@ std::vector<TableName> ConfigTables(const StreamConfig& config) {
   return tables;
 }
 
-absl::Status FindPublications(PGconn* conn, const StreamConfig& config,
+absl::Status FindPublications(const SqlChannel& conn, const StreamConfig& config,
                               std::vector<std::string>* existing,
                               std::vector<std::string>* missing) {
   for (const std::string& publication : config.publication_names) {
@@ -113,7 +113,7 @@ absl::Status FindPublications(PGconn* conn, const StreamConfig& config,
   return absl::OkStatus();
 }
 
-absl::Status CheckTablesToPublish(PGconn* conn, const StreamConfig& config,
+absl::Status CheckTablesToPublish(const SqlChannel& conn, const StreamConfig& config,
                                   UnusableTables* unusable) {
   const std::vector<TableName> tables = ConfigTables(config);
   if (tables.empty()) {
@@ -143,7 +143,7 @@ absl::Status CheckTablesToPublish(PGconn* conn, const StreamConfig& config,
   return absl::OkStatus();
 }
 
-absl::Status ReadPublishedTables(PGconn* conn, const std::vector<std::string>& publications,
+absl::Status ReadPublishedTables(const SqlChannel& conn, const std::vector<std::string>& publications,
                                  PublishedTables* published) {
   for (const std::string& publication : publications) {
     WALFEED_ASSIGN_OR_RETURN(PgResultPtr tables, Exec(conn, kPublishedTablesQuery, {publication}));

@@ -30,12 +30,14 @@ struct PublishedTables {
   UnusableTables unusable;  // Leaves of publications that publish UPDATE or DELETE.
 };
 
+// The queries below run on an ordinary connection or on a walsender (SqlChannel).
+
 // config.tables parsed (entries that do not parse are left out: Validate()
 // rejects them first).
 std::vector<TableName> ConfigTables(const StreamConfig& config);
 
 // Splits config.publication_names by whether they exist, in config order.
-absl::Status FindPublications(PGconn* conn, const StreamConfig& config,
+absl::Status FindPublications(const SqlChannel& conn, const StreamConfig& config,
                               std::vector<std::string>* existing,
                               std::vector<std::string>* missing);
 
@@ -43,11 +45,11 @@ absl::Status FindPublications(PGconn* conn, const StreamConfig& config,
 // checks each listed table exists and is a table, and adds the leaves that
 // would lack a replica identity to `unusable`. NotFound / FailedPrecondition
 // name the entry to fix.
-absl::Status CheckTablesToPublish(PGconn* conn, const StreamConfig& config,
+absl::Status CheckTablesToPublish(const SqlChannel& conn, const StreamConfig& config,
                                   UnusableTables* unusable);
 
 // What `publications` (which exist) publish, added to `published`.
-absl::Status ReadPublishedTables(PGconn* conn, const std::vector<std::string>& publications,
+absl::Status ReadPublishedTables(const SqlChannel& conn, const std::vector<std::string>& publications,
                                  PublishedTables* published);
 
 // The table warnings, appended to `warnings`: configured tables that `existing`

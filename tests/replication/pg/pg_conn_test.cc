@@ -100,6 +100,35 @@ TEST(PgConnUnitTest, Quoting) {
   EXPECT_EQ(QuoteIdentifierList({}), "");
 }
 
+TEST(PgConnUnitTest, InlinesParametersAsEscapeStringLiterals) {
+  EXPECT_EQ(*InlineParameters("SELECT 1", {}), "SELECT 1");
+  EXPECT_EQ(*InlineParameters("WHERE a = $1 AND b = $2", {std::string("x"), std::nullopt}),
+            "WHERE a = E'x' AND b = NULL");
+  // Backslashes and single quotes doubled; every other byte as it is.
+  EXPECT_EQ(*InlineParameters("$1", {std::string("it's \\ \"$2\" caf\xc3\xa9")}),
+            "E'it''s \\\\ \"$2\" caf\xc3\xa9'");
+  EXPECT_EQ(*InlineParameters("$1", {std::string("")}), "E''");
+  // Two digits are one reference; a value is used as often as it is referred to.
+  std::vector<std::optional<std::string>> twelve(12, std::string("v"));
+  twelve[11] = "twelve";
+  EXPECT_EQ(*InlineParameters("$12 $1$1", twelve), "E'twelve' E'v'E'v'");
+  // Inside quoted text a reference is text, and quotes doubled inside stay inside.
+  EXPECT_EQ(*InlineParameters("SELECT '$1', 'it''s $1', \"$1\", $1::text", {std::string("v")}),
+            "SELECT '$1', 'it''s $1', \"$1\", E'v'::text");
+  // A lone $ is left alone.
+  EXPECT_EQ(*InlineParameters("SELECT $ 1, $x", {std::string("v")}), "SELECT $ 1, $x");
+
+  EXPECT_THAT(InlineParameters("$2", {std::string("a")}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("refers to $2 but 1 parameter(s)")));
+  EXPECT_THAT(InlineParameters("$0", {std::string("a")}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(InlineParameters("$99999999999999999999", {std::string("a")}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(InlineParameters("$1", {std::string("a\0b", 3)}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NUL byte")));
+}
+
 class PgConnTest : public ::testing::Test {
  protected:
   void SetUp() override { WALFEED_START_PG_OR_SKIP(pg_, PgCluster::Options{}); }
@@ -209,6 +238,48 @@ TEST_F(PgConnTest, ReplicationConnectionRunsReplicationCommands) {
   absl::StatusOr<PgResultPtr> result = ExecSimple(conn->get(), "IDENTIFY_SYSTEM");
   ASSERT_THAT(result, IsOk());
   EXPECT_EQ(Value(result->get(), 0, 3), "postgres");  // dbname: a logical walsender.
+}
+
+// A logical walsender runs SQL only over the simple query protocol: Exec on
+// such a channel inlines the parameters, with the same results as PQexecParams
+// on an ordinary connection, and the same errors.
+TEST_F(PgConnTest, ExecOnAWalsenderInlinesParameters) {
+  absl::StatusOr<PgConnPtr> sql = Connect(pg_->ConnInfo(), ConnectionKind::kSql);
+  absl::StatusOr<PgConnPtr> walsender = Connect(pg_->ConnInfo(), ConnectionKind::kReplication);
+  ASSERT_THAT(sql, IsOk());
+  ASSERT_THAT(walsender, IsOk());
+  const SqlChannel channel(walsender->get(), ConnectionKind::kReplication);
+  // Every byte from 1 to 255 that is valid UTF-8 on its own, then a multi-byte
+  // character, backslashes and quotes in runs, and what looks like a reference.
+  std::string awkward;
+  for (int c = 1; c < 128; ++c) awkward += static_cast<char>(c);
+  awkward += "caf\xc3\xa9 \\\\'' '\\ $1 E'x'";
+  const char kQuery[] =
+      "SELECT $1::text, $2::text, $1 = ANY(ARRAY[$3, $1]), length($1), $3::text IS NULL";
+  const std::vector<std::optional<std::string>> params = {awkward, std::string("x"),
+                                                          std::nullopt};
+  absl::StatusOr<PgResultPtr> want = Exec(sql->get(), kQuery, params);
+  absl::StatusOr<PgResultPtr> got = Exec(channel, kQuery, params);
+  ASSERT_THAT(want, IsOk());
+  ASSERT_THAT(got, IsOk());
+  EXPECT_EQ(Value(got->get(), 0, 0), awkward);
+  for (int column = 0; column < 5; ++column) {
+    EXPECT_EQ(Value(got->get(), 0, column), Value(want->get(), 0, column)) << column;
+  }
+  // Untyped, as a parameter is: the server infers the type from the context.
+  absl::StatusOr<PgResultPtr> typed =
+      Exec(channel, "SELECT pg_typeof(x)::text FROM (SELECT 1 + $1 AS x) s", {std::string("41")});
+  ASSERT_THAT(typed, IsOk());
+  EXPECT_EQ(Value(typed->get(), 0, 0), "integer");
+
+  const char kBad[] = "SELECT * FROM no_such_table WHERE a = $1";
+  const absl::Status error = Exec(channel, kBad, {std::string("v")}).status();
+  EXPECT_THAT(error, StatusIs(absl::StatusCode::kNotFound, HasSubstr(kBad)));
+  EXPECT_EQ(error, Exec(sql->get(), kBad, {std::string("v")}).status());
+  EXPECT_THAT(Exec(channel, "SELECT $2", {std::string("v")}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("refers to $2")));
+  // The walsender still serves replication commands afterwards.
+  EXPECT_THAT(ExecSimple(walsender->get(), "IDENTIFY_SYSTEM"), IsOk());
 }
 
 // The read window's default follows it (StreamReader::ReadWindow).

@@ -18,6 +18,7 @@
 #include "replication/pg/table_checks.h"
 #include "replication/stream_config.h"
 #include "replication/retry.h"
+#include "replication/sql_text.h"
 #include "tests/testing/pg_cluster.h"
 #include "tests/testing/status_matchers.h"
 
@@ -417,6 +418,67 @@ TEST_F(ProvisioningTest, DeferredTableChecksFindWhatPreflightFinds) {
   EXPECT_THAT(deferred->report.warnings, Contains(HasSubstr("table \"public\".\"nopk\"")));
 }
 
+// A stream's start-up runs the preflight on the walsender it will stream on
+// (simple query protocol, parameters inlined as literals): the report, the
+// warnings and the errors are those of an ordinary SQL connection, for names
+// that need quoting and escaping too.
+TEST_F(ProvisioningTest, InspectionOnTheStreamsWalsenderFindsWhatAnSqlConnectionFinds) {
+  const std::string publication = "it's a \\ \"pub\" $1";
+  Sql("CREATE TABLE items (id int PRIMARY KEY, v text); CREATE TABLE nopk (a int)");
+  Sql(absl::StrCat("CREATE PUBLICATION ", QuoteIdentifier(publication), " FOR TABLE items, nopk"));
+  Sql(absl::StrCat("SELECT pg_create_logical_replication_slot('", kSlot, "', 'pgoutput')"));
+  StreamConfig config = Config();
+  config.publication_names = {publication};
+  config.tables = {"public.items", "public.nopk", "public.unlisted"};
+  absl::StatusOr<PgConnPtr> walsender = Connect(pg_->ConnInfo(), ConnectionKind::kReplication);
+  ASSERT_THAT(walsender, IsOk());
+
+  absl::StatusOr<Inspected> over_sql = InspectForProvision(config, TableChecks::kNow);
+  absl::StatusOr<Inspected> over_walsender =
+      InspectForProvision(config, TableChecks::kNow, walsender->get());
+  ASSERT_THAT(over_sql, IsOk());
+  ASSERT_THAT(over_walsender, IsOk());
+  EXPECT_EQ(over_walsender->conn, nullptr) << "no connection of its own";
+  const PreflightReport& want = over_sql->report;
+  const PreflightReport& got = over_walsender->report;
+  EXPECT_TRUE(got.slot_exists);
+  EXPECT_EQ(got.server_version_num, want.server_version_num);
+  EXPECT_EQ(got.confirmed_flush_lsn, want.confirmed_flush_lsn);
+  EXPECT_EQ(got.restart_lsn, want.restart_lsn);
+  EXPECT_EQ(got.wal_status, want.wal_status);
+  EXPECT_THAT(got.existing_publications, ElementsAre(publication));
+  EXPECT_THAT(got.missing_publications, IsEmpty());
+  ASSERT_THAT(want.warnings, SizeIs(2)) << ::testing::PrintToString(want.warnings);
+  EXPECT_EQ(got.warnings, want.warnings);
+
+  // Errors: the same codes and messages.
+  config.publication_names = {publication, "Other \\ Pub's"};
+  const absl::Status missing_sql = InspectForProvision(config).status();
+  EXPECT_THAT(missing_sql, StatusIs(absl::StatusCode::kNotFound,
+                                    HasSubstr("CREATE PUBLICATION \"Other \\ Pub's\"")));
+  EXPECT_EQ(InspectForProvision(config, TableChecks::kNow, walsender->get()).status(),
+            missing_sql);
+  config.publication_names = {publication};
+  absl::StatusOr<PgConnPtr> holder = Connect(pg_->ConnInfo(), ConnectionKind::kReplication);
+  ASSERT_THAT(holder, IsOk());
+  ASSERT_THAT(ExecSimple(holder->get(),
+                         absl::StrCat("START_REPLICATION SLOT ", kSlot,
+                                      " LOGICAL 0/0 (\"proto_version\" '1', "
+                                      "\"publication_names\" ",
+                                      QuoteLiteral(QuoteIdentifier(publication)), ")")),
+              IsOk());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return One(absl::StrCat("SELECT active FROM pg_replication_slots WHERE slot_name = '",
+                                kSlot, "'")) == "t";
+      },
+      absl::Seconds(30)));
+  const absl::Status in_use_sql = InspectForProvision(config).status();
+  EXPECT_THAT(in_use_sql, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("in use by process")));
+  EXPECT_EQ(InspectForProvision(config, TableChecks::kNow, walsender->get()).status(),
+            in_use_sql);
+}
+
 TEST_F(ProvisioningTest, WarnsBeforeCreatingAPublication) {
   Sql("CREATE TABLE items (id int PRIMARY KEY)");
   Sql("CREATE TABLE nopk (a int)");
@@ -609,6 +671,24 @@ TEST(ProvisioningSettingsTest, NoFreeWalSender) {
   ASSERT_THAT(holder, IsOk());
   EXPECT_THAT(Preflight(config),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_wal_senders = 1")));
+
+  // Once the slot exists, the stream's own walsender, inspected on, is the
+  // one it needs: counted, not refused.
+  // (Walsenders exit after their connection closes: wait until none is left.)
+  const auto no_walsender = [&] {
+    return pg->QueryValue("SELECT count(*) FROM pg_stat_replication").value_or("") == "0";
+  };
+  holder->reset();
+  ASSERT_TRUE(WaitFor(no_walsender, absl::Seconds(30)));
+  // (FOR ALL TABLES takes a superuser: created for the streamer, who creates the slot.)
+  ASSERT_THAT(pg->Exec(absl::StrCat("CREATE PUBLICATION ", kPublication, " FOR ALL TABLES")),
+              IsOk());
+  ASSERT_THAT(Provision(config), IsOk());
+  ASSERT_TRUE(WaitFor(no_walsender, absl::Seconds(30)));
+  absl::StatusOr<PgConnPtr> own = Connect(config.conninfo, ConnectionKind::kReplication);
+  ASSERT_THAT(own, IsOk());
+  EXPECT_THAT(InspectForProvision(config, TableChecks::kNow, own->get()), IsOk());
+  EXPECT_THAT(InspectForProvision(config), StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 TEST(ProvisioningSettingsTest, LostSlotIsDataLoss) {

@@ -295,6 +295,39 @@ TEST_F(StreamStartTest, SlotDroppedWhileStreamingStopsTheReader) {
   EXPECT_EQ(SlotCount(), 0);
 }
 
+class StartUpConnectionsTest : public StreamStartTest {
+ protected:
+  void SetUp() override { StartCluster({{"log_connections", "on"}}); }
+
+  // How often the server log, from byte `from` on, says `what`.
+  int LogCount(size_t from, const std::string& what) {
+    const std::string log = pg_->Log();
+    int count = 0;
+    for (size_t at = log.find(what, from); at != std::string::npos;
+         at = log.find(what, at + what.size())) {
+      ++count;
+    }
+    return count;
+  }
+};
+
+// When the stream's slot exists, the start-up's reads (the slot and the
+// preflight) share one replication connection, which the reader then streams
+// on: PrepareStream opens no other connection to the server (each costs a
+// backend start: tens of milliseconds on a loaded server, and they queue).
+TEST_F(StartUpConnectionsTest, AnExistingStreamStartsOnOneConnection) {
+  ASSERT_THAT(Prepare(), IsOk());  // Creates the publication and the slot.
+  const size_t from = pg_->Log().size();
+  absl::StatusOr<PreparedStream> prepared = Prepare();
+  ASSERT_THAT(prepared, IsOk());
+  // "replication connection authorized" for a walsender, "connection
+  // authorized" for either kind.
+  EXPECT_EQ(LogCount(from, "replication connection authorized:"), 1)
+      << pg_->Log().substr(from);
+  EXPECT_EQ(LogCount(from, "connection authorized:"), 1) << pg_->Log().substr(from);
+  EXPECT_FALSE(KeptBackendPid(*prepared).empty());
+}
+
 class InvalidatedSlotTest : public StreamStartTest {
  protected:
   void SetUp() override { StartCluster({{"max_slot_wal_keep_size", "'1MB'"}}); }
