@@ -1,9 +1,9 @@
 // Preflight checks and provisioning of the slot and publications a stream needs.
 //
 // Preflight() inspects the server over an ordinary SQL connection (or the
-// caller's walsender, see InspectForProvision) and turns every
-// condition that would make streaming fail, or fail later in a confusing way,
-// into one definite Status whose message names the fix: wal_level, the role's
+// caller's walsender, see InspectForProvision) and turns every condition that
+// would make streaming fail, or fail later in a confusing way, into one
+// definite Status whose message names the fix: wal_level, the role's
 // REPLICATION attribute, a slot that is unusable (wrong plugin, temporary,
 // two-phase, in another database, invalidated), a slot held by another process
 // (transient), missing objects, and exhausted max_replication_slots /
