@@ -70,9 +70,11 @@ absl::StatusOr<std::string> InlineParameters(
       ++i;
       continue;
     }
-    size_t end = i + 1;
-    while (end < sql.size() && absl::ascii_isdigit(static_cast<unsigned char>(sql[end]))) ++end;
-    if (c != '$' || end == i + 1) {
+    size_t end = i + 1;  // Past the reference's digits, if `c` begins one.
+    if (c == '$') {
+      while (end < sql.size() && absl::ascii_isdigit(static_cast<unsigned char>(sql[end]))) ++end;
+    }
+    if (end == i + 1) {
       out += c;
       ++i;
       continue;

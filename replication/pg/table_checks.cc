@@ -143,7 +143,8 @@ absl::Status CheckTablesToPublish(const SqlChannel& conn, const StreamConfig& co
   return absl::OkStatus();
 }
 
-absl::Status ReadPublishedTables(const SqlChannel& conn, const std::vector<std::string>& publications,
+absl::Status ReadPublishedTables(const SqlChannel& conn,
+                                 const std::vector<std::string>& publications,
                                  PublishedTables* published) {
   for (const std::string& publication : publications) {
     WALFEED_ASSIGN_OR_RETURN(PgResultPtr tables, Exec(conn, kPublishedTablesQuery, {publication}));

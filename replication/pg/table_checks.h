@@ -49,7 +49,8 @@ absl::Status CheckTablesToPublish(const SqlChannel& conn, const StreamConfig& co
                                   UnusableTables* unusable);
 
 // What `publications` (which exist) publish, added to `published`.
-absl::Status ReadPublishedTables(const SqlChannel& conn, const std::vector<std::string>& publications,
+absl::Status ReadPublishedTables(const SqlChannel& conn,
+                                 const std::vector<std::string>& publications,
                                  PublishedTables* published);
 
 // The table warnings, appended to `warnings`: configured tables that `existing`

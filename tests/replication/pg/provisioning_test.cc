@@ -479,6 +479,28 @@ TEST_F(ProvisioningTest, InspectionOnTheStreamsWalsenderFindsWhatAnSqlConnection
             in_use_sql);
 }
 
+// An inspection on a walsender leaves no SQL connection behind; a publication
+// still to be created is created over one Provision opens.
+TEST_F(ProvisioningTest, ProvisionAfterAnInspectionOnAWalsenderCreatesThePublication) {
+  Sql(absl::StrCat("SELECT pg_create_logical_replication_slot('", kSlot, "', 'pgoutput')"));
+  absl::StatusOr<PgConnPtr> walsender = Connect(pg_->ConnInfo(), ConnectionKind::kReplication);
+  ASSERT_THAT(walsender, IsOk());
+  const StreamConfig config = Config(/*create_missing=*/true);
+  absl::StatusOr<Inspected> inspected =
+      InspectForProvision(config, TableChecks::kDeferred, walsender->get());
+  ASSERT_THAT(inspected, IsOk());
+  EXPECT_EQ(inspected->conn, nullptr);
+  EXPECT_THAT(inspected->report.missing_publications, ElementsAre(kPublication));
+  absl::StatusOr<ProvisionResult> result = Provision(config, *std::move(inspected));
+  ASSERT_THAT(result, IsOk());
+  EXPECT_TRUE(result->created_publication);
+  EXPECT_FALSE(result->created_slot);
+  EXPECT_THAT(result->report.warnings, Contains(HasSubstr("drop and recreate the slot")));
+  EXPECT_EQ(One(absl::StrCat("SELECT count(*) FROM pg_publication WHERE pubname = '",
+                             kPublication, "'")),
+            "1");
+}
+
 TEST_F(ProvisioningTest, WarnsBeforeCreatingAPublication) {
   Sql("CREATE TABLE items (id int PRIMARY KEY)");
   Sql("CREATE TABLE nopk (a int)");
