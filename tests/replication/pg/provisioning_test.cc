@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "replication/pg/pg_conn.h"
+#include "replication/pg/replication_connection.h"
 #include "replication/pg/table_checks.h"
 #include "replication/stream_config.h"
 #include "replication/retry.h"
@@ -198,6 +199,28 @@ class ProvisioningTest : public ::testing::Test {
     Sql(absl::StrCat("SELECT pg_create_logical_replication_slot('", kSlot, "', 'pgoutput')"));
   }
 
+  // Another process streaming from the slot over `holder` (publication
+  // `publication`); returns its backend pid once the slot shows it active.
+  std::string StreamFromSlot(PGconn* holder, const std::string& publication) {
+    absl::StatusOr<PgResultPtr> pid_result = ExecSimple(holder, "SELECT pg_backend_pid()");
+    EXPECT_THAT(pid_result, IsOk());
+    if (!pid_result.ok()) return "";
+    const std::string pid = Value(pid_result->get(), 0, 0).value_or("?");
+    StartOptions start;
+    start.slot_name = kSlot;
+    start.publication_names = {publication};
+    EXPECT_THAT(ExecSimple(holder, StartReplicationCommand(start)), IsOk());
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return pg_->QueryValue(absl::StrCat("SELECT active_pid FROM pg_replication_slots "
+                                              "WHERE slot_name = '",
+                                              kSlot, "'"))
+                     .value_or("") == pid;
+        },
+        absl::Seconds(30)));
+    return pid;
+  }
+
   std::unique_ptr<PgCluster> pg_;
 };
 
@@ -310,23 +333,8 @@ TEST_F(ProvisioningTest, SlotActiveInAnotherProcessIsTransient) {
   CreateSlotAndPublication();
   absl::StatusOr<PgConnPtr> holder = Connect(pg_->ConnInfo(), ConnectionKind::kReplication);
   ASSERT_THAT(holder, IsOk());
-  absl::StatusOr<PgResultPtr> pid_result = ExecSimple(holder->get(), "SELECT pg_backend_pid()");
-  ASSERT_THAT(pid_result, IsOk());
-  const std::string pid = Value(pid_result->get(), 0, 0).value_or("?");
-  ASSERT_THAT(
-      ExecSimple(holder->get(), absl::StrCat("START_REPLICATION SLOT ", kSlot,
-                                             " LOGICAL 0/0 "
-                                             "(\"proto_version\" '1', \"publication_names\" '",
-                                             kPublication, "')")),
-      IsOk());
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return pg_->QueryValue(absl::StrCat("SELECT active_pid FROM pg_replication_slots "
-                                            "WHERE slot_name = '",
-                                            kSlot, "'"))
-                   .value_or("") == pid;
-      },
-      absl::Seconds(30)));
+  const std::string pid = StreamFromSlot(holder->get(), kPublication);
+  ASSERT_FALSE(::testing::Test::HasFailure());
 
   const absl::StatusOr<PreflightReport> report = Preflight(Config());
   EXPECT_THAT(report, StatusIs(absl::StatusCode::kUnavailable,
@@ -461,18 +469,8 @@ TEST_F(ProvisioningTest, InspectionOnTheStreamsWalsenderFindsWhatAnSqlConnection
   config.publication_names = {publication};
   absl::StatusOr<PgConnPtr> holder = Connect(pg_->ConnInfo(), ConnectionKind::kReplication);
   ASSERT_THAT(holder, IsOk());
-  ASSERT_THAT(ExecSimple(holder->get(),
-                         absl::StrCat("START_REPLICATION SLOT ", kSlot,
-                                      " LOGICAL 0/0 (\"proto_version\" '1', "
-                                      "\"publication_names\" ",
-                                      QuoteLiteral(QuoteIdentifier(publication)), ")")),
-              IsOk());
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return One(absl::StrCat("SELECT active FROM pg_replication_slots WHERE slot_name = '",
-                                kSlot, "'")) == "t";
-      },
-      absl::Seconds(30)));
+  StreamFromSlot(holder->get(), publication);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   const absl::Status in_use_sql = InspectForProvision(config).status();
   EXPECT_THAT(in_use_sql, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("in use by process")));
   EXPECT_EQ(InspectForProvision(config, TableChecks::kNow, walsender->get()).status(),
