@@ -1,10 +1,13 @@
 #include "server/row_event_writer.h"
 
+#include <array>
 #include <cstdint>
+#include <optional>
 
 #include "absl/strings/string_view.h"
 #include "server/event_convert.h"
 #include "server/typed/typed_value.h"
+#include "server/wire_out.h"
 #include "walfeed/v1/change_stream.pb.h"
 
 namespace walfeed::server {
@@ -35,37 +38,22 @@ size_t VarintSize(uint64_t value) {
   return size;
 }
 
-// One byte (most lengths and kinds) is pushed; longer ones are written into
-// a local buffer and appended once, not pushed byte by byte (a capacity check
-// and a terminator each), which showed in the reader's profile.
-void AppendVarint(uint64_t value, std::string* out) {
-  if (value < 0x80) {
-    out->push_back(static_cast<char>(value));
-    return;
-  }
-  char bytes[10];  // A 64-bit varint takes at most 10.
-  size_t n = 0;
-  while (value >= 0x80) {
-    bytes[n++] = static_cast<char>(value | 0x80);
-    value >>= 7;
-  }
-  bytes[n++] = static_cast<char>(value);
-  out->append(bytes, n);
-}
+// What VarintField and BytesField write at most, beyond a bytes field's data.
+constexpr size_t kFieldBound = 1 + WireOut::kMaxVarint;
 
 // A scalar field, left out at its default (0) as proto3 does.
-void AppendVarintField(uint32_t field, uint64_t value, std::string* out) {
+void VarintField(uint32_t field, uint64_t value, WireOut* out) {
   if (value == 0) return;
-  out->push_back(Tag(field, kVarint));
-  AppendVarint(value, out);
+  out->Byte(Tag(field, kVarint));
+  out->Varint(value);
 }
 
 // A string or bytes field, left out when empty as proto3 does.
-void AppendBytesField(uint32_t field, absl::string_view bytes, std::string* out) {
+void BytesField(uint32_t field, absl::string_view bytes, WireOut* out) {
   if (bytes.empty()) return;
-  out->push_back(Tag(field, kLengthDelimited));
-  AppendVarint(bytes.size(), out);
-  out->append(bytes.data(), bytes.size());
+  out->Byte(Tag(field, kLengthDelimited));
+  out->Varint(bytes.size());
+  out->Bytes(bytes);
 }
 
 // ColumnValue fields 5-7 for one value, as SetValue in event_convert.cc sets them.
@@ -146,7 +134,7 @@ void RowEventWriter::AppendColumns(uint32_t field, const Relation& relation,
     const absl::string_view suffix =
         described ? absl::string_view(relation.column_suffixes[i]) : "";
     for (int index = 0; index < EventForm::kCount; ++index) {
-      std::string* out = outputs[index];
+      WireOut* out = outputs[index];
       if (out == nullptr) continue;
       const EventForm form = EventForm::At(index);
       const bool with_typed =
@@ -157,17 +145,18 @@ void RowEventWriter::AppendColumns(uint32_t field, const Relation& relation,
       size_t size = value.KindSize() + (with_text ? value.DataSize() : 0);
       if (with_typed) size += 1 + VarintSize(typed_bytes_.size()) + typed_bytes_.size();
       if (!form.compact) size += prefix.size() + suffix.size();
-      out->push_back(Tag(field, kLengthDelimited));
-      AppendVarint(size, out);
-      if (!form.compact) out->append(prefix.data(), prefix.size());
-      AppendVarintField(5, value.kind, out);
-      if (with_text && value.data_field != 0) AppendBytesField(value.data_field, value.data, out);
-      if (with_typed) {
-        out->push_back(Tag(8, kLengthDelimited));
-        AppendVarint(typed_bytes_.size(), out);
-        out->append(typed_bytes_);
+      out->Reserve(1 + VarintSize(size) + size);  // `size` counts every byte after the length.
+      out->Byte(Tag(field, kLengthDelimited));
+      out->Varint(size);
+      if (!form.compact) out->Bytes(prefix);
+      VarintField(5, value.kind, out);
+      if (with_text && value.data_field != 0) BytesField(value.data_field, value.data, out);
+      if (with_typed) {  // Written even when empty: `size` counts its tag and length.
+        out->Byte(Tag(8, kLengthDelimited));
+        out->Varint(typed_bytes_.size());
+        out->Bytes(typed_bytes_);
       }
-      if (!form.compact) out->append(suffix.data(), suffix.size());
+      if (!form.compact) out->Bytes(suffix);
     }
   }
 }
@@ -184,8 +173,12 @@ const RowEventWriter::Relation& RowEventWriter::Get(
   relation.info = info;
   relation.schema = SanitizeUtf8(info->schema);
   relation.table = SanitizeUtf8(info->table);
-  AppendBytesField(7, relation.schema, &relation.schema_table_fields);
-  AppendBytesField(8, relation.table, &relation.schema_table_fields);
+  {
+    WireOut out(&relation.schema_table_fields);
+    out.Reserve(2 * kFieldBound + relation.schema.size() + relation.table.size());
+    BytesField(7, relation.schema, &out);
+    BytesField(8, relation.table, &out);
+  }
   relation.ref = next_ref_++;
   walfeed::v1::RelationShape shape;  // The compact forms' description of the same columns.
   shape.set_ref(relation.ref);
@@ -195,16 +188,22 @@ const RowEventWriter::Relation& RowEventWriter::Get(
     const std::string name = SanitizeUtf8(column.name);
     const std::string type_name = SanitizeUtf8(column.type_name);
     std::string prefix;
-    AppendBytesField(1, name, &prefix);
-    AppendVarintField(2, column.type_oid, &prefix);
-    AppendBytesField(3, type_name, &prefix);
-    AppendVarintField(4, column.is_key ? 1 : 0, &prefix);
+    {
+      WireOut out(&prefix);
+      out.Reserve(4 * kFieldBound + name.size() + type_name.size());
+      BytesField(1, name, &out);
+      VarintField(2, column.type_oid, &out);
+      BytesField(3, type_name, &out);
+      VarintField(4, column.is_key ? 1 : 0, &out);
+    }
     relation.column_prefixes.push_back(std::move(prefix));
     std::string suffix;  // Optional, so present even when 0 (timestamp(0)).
     if (column.type_modifier != -1) {
-      suffix.push_back(Tag(9, kVarint));
+      WireOut out(&suffix);
+      out.Reserve(kFieldBound);
+      out.Byte(Tag(9, kVarint));
       // int32 on the wire: a negative value is sign-extended to 64 bits.
-      AppendVarint(static_cast<uint64_t>(static_cast<int64_t>(column.type_modifier)), &suffix);
+      out.Varint(static_cast<uint64_t>(static_cast<int64_t>(column.type_modifier)));
     }
     relation.column_suffixes.push_back(std::move(suffix));
     relation.typed_oids.push_back(typed::TypedOid(column.type_oid, column.type_name));
@@ -233,13 +232,14 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
                                 FilterKey* key, EventForms* forms) {
   if (!Covers(event)) return false;
   const Relation& relation = Get(event.relation);
-  Outputs outputs{};
-  outputs[0] = full;
+  // The full text form, and each other form wanted (null: not wanted).
+  std::array<std::string*, EventForm::kCount> strings{};
+  strings[0] = full;
   bool typed = false;
   bool compact = false;
   for (int index = 1; index < EventForm::kCount; ++index) {
     if (forms == nullptr || (wanted & MaskOf(EventForm::At(index))) == 0) continue;
-    outputs[index] = &forms->serialized[index];
+    strings[index] = &forms->serialized[index];
     typed = typed || EventForm::At(index).values != ValueForm::kText;
     compact = compact || EventForm::At(index).compact;
   }
@@ -251,54 +251,73 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
                          event.old_kind == OldTupleKind::kFull);
   const bool old_keys_only = event.old_kind == OldTupleKind::kKey;
   full->clear();
+  std::array<std::optional<WireOut>, EventForm::kCount> writers;
+  Outputs outputs{};
+  outputs[0] = &writers[0].emplace(full);
   // Allocated once: appending to an empty string grew it five or six times for
-  // a row of a few hundred bytes, each growth a copy.
-  full->reserve(kHeaderBound + relation.schema_table_fields.size() +
-                (with_new ? ColumnsBound(relation, event.new_tuple, false) : 0) +
-                (with_old ? ColumnsBound(relation, event.old_tuple, old_keys_only) : 0));
-  AppendBytesField(1, event.id.ToString(), full);
-  AppendVarintField(2, event.id.commit_lsn.value(), full);
-  AppendVarintField(3, event.id.index, full);
-  AppendVarintField(4, event.xid, full);
+  // a row of a few hundred bytes, each growth a copy. Every piece below
+  // reserves no more than its share of this bound, so the full form never
+  // grows again.
+  outputs[0]->Reserve(kHeaderBound + relation.schema_table_fields.size() +
+                      (with_new ? ColumnsBound(relation, event.new_tuple, false) : 0) +
+                      (with_old ? ColumnsBound(relation, event.old_tuple, old_keys_only) : 0));
+  WireOut* out = outputs[0];
+  BytesField(1, event.id.ToString(), out);
+  VarintField(2, event.id.commit_lsn.value(), out);
+  VarintField(3, event.id.index, out);
+  VarintField(4, event.xid, out);
   {  // commit_time is always set, so present even when both of its fields are 0.
     const UnixTime time = PostgresMicrosToUnix(event.commit_time);
     const uint64_t seconds = static_cast<uint64_t>(time.seconds);  // int64: two's complement.
     const uint64_t nanos = static_cast<uint64_t>(time.nanos);      // Never negative.
     const size_t size = (seconds != 0 ? 1 + VarintSize(seconds) : 0) +
                         (nanos != 0 ? 1 + VarintSize(nanos) : 0);
-    full->push_back(Tag(5, kLengthDelimited));
-    AppendVarint(size, full);
-    AppendVarintField(1, seconds, full);
-    AppendVarintField(2, nanos, full);
+    out->Byte(Tag(5, kLengthDelimited));
+    out->Varint(size);
+    VarintField(1, seconds, out);
+    VarintField(2, nanos, out);
   }
-  AppendVarintField(6, op, full);
-  full->append(relation.schema_table_fields);
+  VarintField(6, op, out);
+  out->Bytes(relation.schema_table_fields);
   // Fields 1-8 are the same in every form.
   // The other forms are not reserved: the full form's bound would overstate
   // a compact one (no column descriptions) several times.
+  const absl::string_view header(full->data(), out->size());
   for (int index = 1; index < EventForm::kCount; ++index) {
-    if (outputs[index] != nullptr) *outputs[index] = *full;
+    if (strings[index] == nullptr) continue;
+    strings[index]->assign(header.data(), header.size());
+    outputs[index] = &writers[index].emplace(strings[index]);
   }
   if (with_new) {
     AppendColumns(9, relation, event.new_tuple, /*keys_only=*/false, outputs, typed);
   }
   std::string tail;  // Fields 11, 14 and 15: the same in every form too.
-  if (with_old) {
-    AppendColumns(10, relation, event.old_tuple, old_keys_only, outputs, typed);
-    AppendVarintField(11,
-                      old_keys_only ? walfeed::v1::OLD_VALUES_KEY : walfeed::v1::OLD_VALUES_FULL,
-                      &tail);
+  {
+    WireOut tail_out(&tail);
+    // Exact, so the tail stays within the string's inline bytes (no allocation):
+    // fields 11 and 14 take two bytes each.
+    tail_out.Reserve(4 + 1 + VarintSize(event.transaction_event_count));
+    if (with_old) {
+      AppendColumns(10, relation, event.old_tuple, old_keys_only, outputs, typed);
+      VarintField(11, old_keys_only ? walfeed::v1::OLD_VALUES_KEY : walfeed::v1::OLD_VALUES_FULL,
+                  &tail_out);
+    }
+    VarintField(14, event.last_in_transaction ? 1 : 0, &tail_out);
+    VarintField(15, event.transaction_event_count, &tail_out);
   }
-  AppendVarintField(14, event.last_in_transaction ? 1 : 0, &tail);
-  AppendVarintField(15, event.transaction_event_count, &tail);
   for (int index = 0; index < EventForm::kCount; ++index) {
-    std::string* out = outputs[index];
-    if (out == nullptr) continue;
-    out->append(tail);
-    if (!EventForm::At(index).compact) continue;
-    // Field 16: its tag takes two bytes.
-    AppendVarint((16 << 3) | kVarint, out);
-    AppendVarint(relation.ref, out);
+    WireOut* form_out = outputs[index];
+    if (form_out == nullptr) continue;
+    const bool with_ref = EventForm::At(index).compact;
+    // Field 16's tag takes two bytes.
+    form_out->Reserve(tail.size() + (with_ref ? 2 + VarintSize(relation.ref) : 0));
+    form_out->Bytes(tail);
+    if (!with_ref) continue;
+    form_out->Varint((16 << 3) | kVarint);
+    form_out->Varint(relation.ref);
+  }
+  for (std::optional<WireOut>& writer : writers) {
+    if (writer) writer->Finish();
   }
   if (compact) {
     forms->shape_ref = relation.ref;

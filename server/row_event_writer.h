@@ -22,6 +22,7 @@
 #include "replication/transaction_assembler.h"
 #include "server/event_forms.h"
 #include "server/filter.h"
+#include "server/wire_out.h"
 #include "walfeed/v1/change_stream.pb.h"
 
 namespace walfeed::server {
@@ -55,7 +56,7 @@ class RowEventWriter {
   };
   // The outputs of one WriteForms call, by EventForm::index() (null: not
   // wanted; [0] is the full text form, always written).
-  using Outputs = std::array<std::string*, EventForm::kCount>;
+  using Outputs = std::array<WireOut*, EventForm::kCount>;
 
   const Relation& Get(const std::shared_ptr<const replication::RelationInfo>& info);
   // Whether `event` is a row event this writer covers.
