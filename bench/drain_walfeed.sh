@@ -64,11 +64,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A free loopback port without starting an interpreter: a random high port
-# nothing accepts connections on (bash's /dev/tcp).
+# A free loopback port without starting an interpreter: a random port that
+# nothing accepts connections on (bash's /dev/tcp), below the kernel's
+# ephemeral range. A port inside that range can be the local end of some
+# outgoing connection, which no probe sees and which made the server's bind
+# fail now and then ("cannot listen"); the drain client then waited for it
+# until its own timeout.
+ephemeral_low=32768
+[[ -r /proc/sys/net/ipv4/ip_local_port_range ]] &&
+  read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range
+(( ephemeral_low > 11024 )) || ephemeral_low=32768  # An unusual range: assume the default.
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for ((attempt = 0; attempt < 50; attempt++)); do
-  port=$(( 20000 + RANDOM % 30000 ))
+  port=$(( 10000 + RANDOM % (ephemeral_low - 10000) ))
   port_free "$port" && break
 done
 {
