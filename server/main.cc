@@ -156,6 +156,14 @@ Flags ParseFlags(int argc, char** argv) {
   return flags;
 }
 
+// Flushes the logs and stdio, then leaves without running destructors: the
+// end of a shutdown, whether it finished or its watchdog gave up waiting.
+[[noreturn]] void FlushAndExit() {
+  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
+  std::fflush(nullptr);
+  std::_Exit(0);
+}
+
 int Run(const Flags& flags) {
   // SIGTERM/SIGINT are read from a signalfd by this thread. Blocked before any
   // thread starts (gRPC's, the readers'), so every thread inherits the mask and
@@ -228,8 +236,7 @@ int Run(const Flags& flags) {
                  "answering): exiting now; nothing is lost, the next start resumes from the "
                  "stored positions",
                  absl::FormatDuration(grace));
-    spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
-    std::_Exit(0);
+    FlushAndExit();
   });
   (*server)->Shutdown();
   server->reset();  // Joins what is left (the slot monitors), still under the watchdog.
@@ -238,9 +245,7 @@ int Run(const Flags& flags) {
   // Everything of walfeed's has stopped and been joined; gRPC's library is
   // still up (grpc_init above). Exiting without static destructors keeps its
   // threads from running while globals are destroyed under them.
-  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
-  std::fflush(nullptr);
-  std::_Exit(0);
+  FlushAndExit();
 }
 
 }  // namespace

@@ -251,6 +251,7 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
                          event.old_kind == OldTupleKind::kFull);
   const bool old_keys_only = event.old_kind == OldTupleKind::kKey;
   full->clear();
+  // Each cuts its string to what was written when it goes out of scope.
   std::array<std::optional<WireOut>, EventForm::kCount> writers;
   Outputs outputs{};
   outputs[0] = &writers[0].emplace(full);
@@ -291,6 +292,9 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
   if (with_new) {
     AppendColumns(9, relation, event.new_tuple, /*keys_only=*/false, outputs, typed);
   }
+  if (with_old) {
+    AppendColumns(10, relation, event.old_tuple, old_keys_only, outputs, typed);
+  }
   std::string tail;  // Fields 11, 14 and 15: the same in every form too.
   {
     WireOut tail_out(&tail);
@@ -298,7 +302,6 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
     // fields 11 and 14 take two bytes each.
     tail_out.Reserve(4 + 1 + VarintSize(event.transaction_event_count));
     if (with_old) {
-      AppendColumns(10, relation, event.old_tuple, old_keys_only, outputs, typed);
       VarintField(11, old_keys_only ? walfeed::v1::OLD_VALUES_KEY : walfeed::v1::OLD_VALUES_FULL,
                   &tail_out);
     }
@@ -315,9 +318,6 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
     if (!with_ref) continue;
     form_out->Varint((16 << 3) | kVarint);
     form_out->Varint(relation.ref);
-  }
-  for (std::optional<WireOut>& writer : writers) {
-    if (writer) writer->Finish();
   }
   if (compact) {
     forms->shape_ref = relation.ref;

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "google/protobuf/io/coded_stream.h"
 
 namespace walfeed::server {
 
@@ -43,11 +44,8 @@ class WireOut {
 
   void Byte(char byte) { *next_++ = byte; }
   void Varint(uint64_t value) {
-    while (value >= 0x80) {
-      *next_++ = static_cast<char>(value | 0x80);
-      value >>= 7;
-    }
-    *next_++ = static_cast<char>(value);
+    next_ = reinterpret_cast<char*>(google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(
+        value, reinterpret_cast<uint8_t*>(next_)));
   }
   void Bytes(absl::string_view bytes) {
     if (bytes.empty()) return;  // memcpy wants a valid pointer even for 0 bytes.
