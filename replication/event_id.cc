@@ -34,13 +34,15 @@ absl::StatusOr<EventId> EventId::Parse(absl::string_view text) {
   return EventId{*lsn, static_cast<uint32_t>(index)};
 }
 
-std::string EventId::ToString() const {
-  // Written into one buffer: every event's id is formatted on the way out.
-  char text[Lsn::kMaxTextSize + 1 + 10];
-  char* end = commit_lsn.FormatTo(text);
+char* EventId::FormatTo(char* out) const {
+  char* end = commit_lsn.FormatTo(out);
   *end++ = ':';
-  end = std::to_chars(end, text + sizeof(text), index).ptr;  // At most 10 digits.
-  return std::string(text, end);
+  return std::to_chars(end, out + kMaxTextSize, index).ptr;  // At most 10 digits.
+}
+
+std::string EventId::ToString() const {
+  char text[kMaxTextSize];
+  return std::string(text, FormatTo(text));
 }
 
 std::ostream& operator<<(std::ostream& os, const EventId& id) {

@@ -31,6 +31,10 @@ struct EventId {
 
   // "0/1A2B3C8:0".
   std::string ToString() const;
+  // The same text written at `out`, which has room for kMaxTextSize chars;
+  // returns the end. (The row writer writes every event's id: no allocation.)
+  static constexpr size_t kMaxTextSize = Lsn::kMaxTextSize + 1 + 10;
+  char* FormatTo(char* out) const;
 
   friend bool operator==(const EventId& a, const EventId& b) {
     return a.commit_lsn == b.commit_lsn && a.index == b.index;

@@ -263,7 +263,10 @@ bool RowEventWriter::WriteForms(const ChangeEvent& event, FormMask wanted, std::
                       (with_new ? ColumnsBound(relation, event.new_tuple, false) : 0) +
                       (with_old ? ColumnsBound(relation, event.old_tuple, old_keys_only) : 0));
   WireOut* out = outputs[0];
-  BytesField(1, event.id.ToString(), out);
+  {
+    char id[replication::EventId::kMaxTextSize];
+    BytesField(1, absl::string_view(id, event.id.FormatTo(id) - id), out);
+  }
   VarintField(2, event.id.commit_lsn.value(), out);
   VarintField(3, event.id.index, out);
   VarintField(4, event.xid, out);

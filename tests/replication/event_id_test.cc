@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <vector>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -30,6 +31,16 @@ TEST(EventIdTest, FormatsEveryIndexWidthAsDecimal) {
     EXPECT_EQ(id.ToString(), "FFFFFFFF/1:" + std::to_string(index));
     EXPECT_EQ(*EventId::Parse(id.ToString()), id);
   }
+}
+
+TEST(EventIdTest, FormatToWritesTheLongestIdWithinItsBound) {
+  const EventId longest{Lsn(0xFFFFFFFFFFFFFFFFu), 4294967295u};
+  char text[EventId::kMaxTextSize];
+  char* end = longest.FormatTo(text);
+  EXPECT_EQ(std::string(text, end), "FFFFFFFF/FFFFFFFF:4294967295");
+  EXPECT_EQ(static_cast<size_t>(end - text), EventId::kMaxTextSize);
+  const EventId shortest{Lsn(0), 0};
+  EXPECT_EQ(std::string(text, shortest.FormatTo(text)), shortest.ToString());
 }
 
 TEST(EventIdTest, RejectsMalformedInputWithTheExpectedForm) {

@@ -499,6 +499,24 @@ TEST(TransactionAssemblerTest, UnknownRelationIsDataLoss) {
   }
 }
 
+// The largest relation id names each row change in full (the name is formatted
+// into a fixed buffer on every row).
+TEST(TransactionAssemblerTest, NamesTheLargestRelationIdInFull) {
+  const uint32_t id = 4294967295u;
+  const std::vector<std::pair<pgoutput::Message, std::string>> cases = {
+      {Insert(id, Tuple({"1"})), "Insert into relation 4294967295 at 0/9000:0"},
+      {Update(id, pgoutput::OldTupleKind::kNone, {}, Tuple({"1"})),
+       "Update of relation 4294967295 at 0/9000:0"},
+      {Delete(id, Tuple({"1"}), pgoutput::OldTupleKind::kKey),
+       "Delete from relation 4294967295 at 0/9000:0"},
+  };
+  for (const auto& [message, name] : cases) {
+    TransactionAssembler assembler;
+    EXPECT_THAT(RunUntilError(assembler, {Begin(0x9000)}, message),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr(name)));
+  }
+}
+
 TEST(TransactionAssemblerTest, TruncateListingNoRelationIsDataLoss) {
   TransactionAssembler assembler;
   EXPECT_THAT(RunUntilError(assembler, {Begin(0x9000)}, Truncate({})),
