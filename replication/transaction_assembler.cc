@@ -56,8 +56,8 @@ class RowChangeName {
   RowChangeName(const char (&verb)[N], uint32_t relation_id) {
     static_assert(N - 1 + std::numeric_limits<uint32_t>::digits10 + 1 <= sizeof(text_));
     std::memcpy(text_, verb, N - 1);
-    size_ = static_cast<size_t>(std::to_chars(text_ + N - 1, text_ + sizeof(text_), relation_id).ptr -
-                                text_);
+    const char* end = std::to_chars(text_ + N - 1, text_ + sizeof(text_), relation_id).ptr;
+    size_ = static_cast<size_t>(end - text_);
   }
   absl::string_view view() const { return absl::string_view(text_, size_); }
 
