@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "replication/copy_data.h"
@@ -94,6 +95,22 @@ bool StreamReader::AwaitStats(const std::function<bool(const Stats&)>& condition
   return stats_mu_.AwaitWithTimeout(absl::Condition(&holds), timeout);
 }
 
+void StreamReader::PublishCounts() {
+  const DeliveryGate::Counts& gate = gate_.counts();
+  absl::MutexLock lock(&stats_mu_);
+  stats_.frames += turn_counts_.frames;
+  stats_.keepalives += turn_counts_.keepalives;
+  stats_.events += turn_counts_.events;
+  stats_.transactions += turn_counts_.transactions;
+  stats_.wal_bytes += turn_counts_.wal_bytes;
+  stats_.server_wal_end = std::max(stats_.server_wal_end, turn_counts_.server_wal_end);
+  if (turn_counts_.data) stats_.last_data_at = turn_started_;
+  stats_.redelivered_dropped = gate.redelivered_dropped;
+  stats_.below_checkpoint = gate.below_checkpoint;
+  stats_.non_transactional_messages = gate.non_transactional_messages;
+  turn_counts_ = TurnCounts{};
+}
+
 absl::Status StreamReader::Run(Lsn start) {
   if (wake_fd_ < 0) return absl::InternalError("eventfd() failed");
   durable_ = start;
@@ -153,6 +170,8 @@ void StreamReader::AdaptUnixWindow(int frames, size_t bytes) {
 absl::Status StreamReader::RunSession(Lsn start) {
   last_session_streamed_ = false;
   WALFEED_ASSIGN_OR_RETURN(std::unique_ptr<ReplicationConnection> conn, opener_->Open(start));
+  // A session that ends inside a turn (an error) still counts what it read.
+  absl::Cleanup publish_counts = [this] { PublishCounts(); };
   assembler_.Reset(start);
   gate_.OnReconnect();
   last_status_sent_ = absl::InfinitePast();
@@ -255,6 +274,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
       // hold many frames: the bound applies inside a read too.
       if (frames >= kMaxDrainFrames) break;
     }
+    PublishCounts();
     sink_->OnDrained();
     const absl::Time now = clock_->Now();
     if (frames > 0 || !room) {
@@ -336,10 +356,9 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
   WALFEED_ASSIGN_OR_RETURN(copy_data::ServerMessage message, copy_data::Decode(frame));
   if (const auto* keepalive = absl::get_if<copy_data::PrimaryKeepalive>(&message)) {
     tracker_->OnKeepalive(keepalive->wal_end);
-    absl::MutexLock lock(&stats_mu_);
-    ++stats_.frames;
-    ++stats_.keepalives;
-    stats_.server_wal_end = std::max(stats_.server_wal_end, keepalive->wal_end);
+    ++turn_counts_.frames;
+    ++turn_counts_.keepalives;
+    turn_counts_.server_wal_end = std::max(turn_counts_.server_wal_end, keepalive->wal_end);
     if (keepalive->reply_requested) {
       *reply_now = true;
       // Early: soon after our answer to the previous request. Anything else
@@ -371,30 +390,23 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
   for (TransactionAssembler::Output& output : outputs_) {
     WALFEED_RETURN_IF_ERROR(Dispatch(std::move(output)));
   }
-  absl::MutexLock lock(&stats_mu_);
-  ++stats_.frames;
-  stats_.wal_bytes += data.payload.size();
-  stats_.last_data_at = turn_started_;
+  ++turn_counts_.frames;
+  turn_counts_.wal_bytes += data.payload.size();
+  turn_counts_.data = true;
   return absl::OkStatus();
 }
 
 absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
   WALFEED_ASSIGN_OR_RETURN(DeliveryGate::Verdict verdict, gate_.Admit(output));
   if (verdict.track) WALFEED_RETURN_IF_ERROR(TrackOutput(*tracker_, output));
-  {
-    // Counted before the sink sees anything, so whoever the sink wakes reads the
-    // counts.
-    absl::MutexLock lock(&stats_mu_);
-    const DeliveryGate::Counts& counts = gate_.counts();
-    stats_.redelivered_dropped = counts.redelivered_dropped;
-    stats_.below_checkpoint = counts.below_checkpoint;
-    stats_.non_transactional_messages = counts.non_transactional_messages;
-    if (verdict.deliver) {
-      if (absl::holds_alternative<ChangeEvent>(output)) ++stats_.events;
-      if (const auto* committed = absl::get_if<TransactionCommitted>(&output)) {
-        ++stats_.transactions;
-        stats_.server_wal_end = std::max(stats_.server_wal_end, committed->end_lsn);
-      }
+  // Published with the turn, before the sink wakes its sessions (OnDrained), so
+  // whoever it wakes reads the counts; server_wal_end moves past a commit only
+  // after the sink has its events.
+  if (verdict.deliver) {
+    if (absl::holds_alternative<ChangeEvent>(output)) ++turn_counts_.events;
+    if (const auto* committed = absl::get_if<TransactionCommitted>(&output)) {
+      ++turn_counts_.transactions;
+      turn_counts_.server_wal_end = std::max(turn_counts_.server_wal_end, committed->end_lsn);
     }
   }
   if (!verdict.deliver) return absl::OkStatus();

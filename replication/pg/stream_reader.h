@@ -249,6 +249,23 @@ class StreamReader {
   int quick_requests_ = 0;  // Length of the current chain of early reply requests.
   std::vector<TransactionAssembler::Output> outputs_;  // Reused per frame.
 
+  // What this turn's frames and outputs add to stats_, counted without the
+  // lock and published once per turn (PublishCounts), before the sink wakes
+  // its sessions. A lock per frame and per output cost 3-4 % of the server's
+  // CPU on single-row transactions (six lock pairs per transaction).
+  struct TurnCounts {
+    uint64_t frames = 0;
+    uint64_t keepalives = 0;
+    uint64_t events = 0;
+    uint64_t transactions = 0;
+    uint64_t wal_bytes = 0;
+    Lsn server_wal_end;
+    bool data = false;  // An XLogData arrived: last_data_at moves.
+  };
+  TurnCounts turn_counts_;
+  // Adds turn_counts_ (and the gate's drop counts) to stats_ and clears it.
+  void PublishCounts();
+
   mutable absl::Mutex stats_mu_;
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);
 };

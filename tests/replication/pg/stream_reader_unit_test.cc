@@ -4,6 +4,7 @@
 // stream_reader_test.cc proves the same loop against a live server.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,6 +101,11 @@ class RecordingSink : public StreamSink {
     absl::MutexLock lock(&mu_);
     disconnects_.push_back(std::string(why.message()));
   }
+  void OnDrained() override {
+    if (on_drained) on_drained();
+  }
+  // Called on the reader's thread at the end of each turn; set before Run.
+  std::function<void()> on_drained;
   std::vector<std::string> disconnects() const {
     absl::MutexLock lock(&mu_);
     return disconnects_;
@@ -227,6 +233,26 @@ TEST_F(StreamReaderUnitTest, DeliversARecordedStreamWithTheAssemblersIds) {
   EXPECT_EQ(reader_->stats().events, expected_.ids.size());
   EXPECT_EQ(reader_->stats().transactions, expected_.transactions);
   EXPECT_EQ(log_->finished(), 1) << "a stop ends the copy cleanly";
+}
+
+TEST_F(StreamReaderUnitTest, CountsArePublishedBeforeTheSinkWakesItsSessions) {
+  // The reader counts a turn's frames without its lock and publishes them once
+  // per turn; a session the sink wakes at the end of the turn must still read
+  // counts and a server_wal_end that cover everything the sink holds.
+  int turns = 0;
+  sink_.on_drained = [&] {
+    const ReaderStats stats = reader_->stats();
+    const std::vector<TransactionCommitted> commits = sink_.commits();
+    ++turns;
+    EXPECT_EQ(stats.events, sink_.ids().size());
+    EXPECT_EQ(stats.transactions, commits.size());
+    if (!commits.empty()) {
+      EXPECT_GE(stats.server_wal_end, commits.back().end_lsn);
+    }
+  };
+  ASSERT_THAT(Run({Script().Frames(Golden())}, AllCommitted()), IsOk());
+  EXPECT_GT(turns, 0);
+  EXPECT_EQ(reader_->stats().events, expected_.ids.size());
 }
 
 TEST_F(StreamReaderUnitTest, ReconnectMidTransactionDeliversEveryEventOnce) {
