@@ -399,9 +399,9 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
 absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
   WALFEED_ASSIGN_OR_RETURN(DeliveryGate::Verdict verdict, gate_.Admit(output));
   if (verdict.track) WALFEED_RETURN_IF_ERROR(TrackOutput(*tracker_, output));
-  // Published with the turn, before the sink wakes its sessions (OnDrained), so
-  // whoever it wakes reads the counts; server_wal_end moves past a commit only
-  // after the sink has its events.
+  // Counted here, published below before the sink sees the output (whoever it
+  // wakes reads the counts); server_wal_end moves past a commit only after the
+  // sink has its events.
   if (verdict.deliver) {
     if (absl::holds_alternative<ChangeEvent>(output)) ++turn_counts_.events;
     if (const auto* committed = absl::get_if<TransactionCommitted>(&output)) {
@@ -410,6 +410,7 @@ absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
     }
   }
   if (!verdict.deliver) return absl::OkStatus();
+  PublishCounts();
   if (auto* event = absl::get_if<ChangeEvent>(&output)) {
     sink_->OnEvent(std::move(*event));
   } else if (const auto* committed = absl::get_if<TransactionCommitted>(&output)) {
