@@ -98,17 +98,17 @@ bool StreamReader::AwaitStats(const std::function<bool(const Stats&)>& condition
 void StreamReader::PublishCounts() {
   const DeliveryGate::Counts& gate = gate_.counts();
   absl::MutexLock lock(&stats_mu_);
-  stats_.frames += turn_counts_.frames;
-  stats_.keepalives += turn_counts_.keepalives;
-  stats_.events += turn_counts_.events;
-  stats_.transactions += turn_counts_.transactions;
-  stats_.wal_bytes += turn_counts_.wal_bytes;
-  stats_.server_wal_end = std::max(stats_.server_wal_end, turn_counts_.server_wal_end);
-  if (turn_counts_.data) stats_.last_data_at = turn_started_;
+  stats_.frames += pending_.frames;
+  stats_.keepalives += pending_.keepalives;
+  stats_.events += pending_.events;
+  stats_.transactions += pending_.transactions;
+  stats_.wal_bytes += pending_.wal_bytes;
+  stats_.server_wal_end = std::max(stats_.server_wal_end, pending_.server_wal_end);
+  if (pending_.data) stats_.last_data_at = turn_started_;
   stats_.redelivered_dropped = gate.redelivered_dropped;
   stats_.below_checkpoint = gate.below_checkpoint;
   stats_.non_transactional_messages = gate.non_transactional_messages;
-  turn_counts_ = TurnCounts{};
+  pending_ = PendingCounts{};
 }
 
 absl::Status StreamReader::Run(Lsn start) {
@@ -356,9 +356,9 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
   WALFEED_ASSIGN_OR_RETURN(copy_data::ServerMessage message, copy_data::Decode(frame));
   if (const auto* keepalive = absl::get_if<copy_data::PrimaryKeepalive>(&message)) {
     tracker_->OnKeepalive(keepalive->wal_end);
-    ++turn_counts_.frames;
-    ++turn_counts_.keepalives;
-    turn_counts_.server_wal_end = std::max(turn_counts_.server_wal_end, keepalive->wal_end);
+    ++pending_.frames;
+    ++pending_.keepalives;
+    pending_.server_wal_end = std::max(pending_.server_wal_end, keepalive->wal_end);
     if (keepalive->reply_requested) {
       *reply_now = true;
       // Early: soon after our answer to the previous request. Anything else
@@ -390,9 +390,9 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
   for (TransactionAssembler::Output& output : outputs_) {
     WALFEED_RETURN_IF_ERROR(Dispatch(std::move(output)));
   }
-  ++turn_counts_.frames;
-  turn_counts_.wal_bytes += data.payload.size();
-  turn_counts_.data = true;
+  ++pending_.frames;
+  pending_.wal_bytes += data.payload.size();
+  pending_.data = true;
   return absl::OkStatus();
 }
 
@@ -403,10 +403,10 @@ absl::Status StreamReader::Dispatch(TransactionAssembler::Output output) {
   // wakes reads the counts); server_wal_end moves past a commit only after the
   // sink has its events.
   if (verdict.deliver) {
-    if (absl::holds_alternative<ChangeEvent>(output)) ++turn_counts_.events;
+    if (absl::holds_alternative<ChangeEvent>(output)) ++pending_.events;
     if (const auto* committed = absl::get_if<TransactionCommitted>(&output)) {
-      ++turn_counts_.transactions;
-      turn_counts_.server_wal_end = std::max(turn_counts_.server_wal_end, committed->end_lsn);
+      ++pending_.transactions;
+      pending_.server_wal_end = std::max(pending_.server_wal_end, committed->end_lsn);
     }
   }
   if (!verdict.deliver) return absl::OkStatus();

@@ -254,7 +254,7 @@ class StreamReader {
   // the end of each turn, so whoever the sink wakes reads counts that cover
   // what it holds. A lock per frame and per output cost 3-4 % of the server's
   // CPU on single-row transactions (six lock pairs per transaction; now two).
-  struct TurnCounts {
+  struct PendingCounts {
     uint64_t frames = 0;
     uint64_t keepalives = 0;
     uint64_t events = 0;
@@ -263,8 +263,8 @@ class StreamReader {
     Lsn server_wal_end;
     bool data = false;  // An XLogData arrived: last_data_at moves.
   };
-  TurnCounts turn_counts_;
-  // Adds turn_counts_ (and the gate's drop counts) to stats_ and clears it.
+  PendingCounts pending_;
+  // Adds pending_ (and the gate's drop counts) to stats_ and clears it.
   void PublishCounts();
 
   mutable absl::Mutex stats_mu_;
