@@ -419,6 +419,9 @@ absl::Status ConsumerRegistry::Append(BufferedEvent event) {
     arrivals_.Arrived(id, now);
     TrimLocked();
   }
+  if (!buffer_.HasRoom(options_.buffer_bytes)) {
+    room_unheld_.store(false, std::memory_order_release);
+  }
   return appended;
 }
 

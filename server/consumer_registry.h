@@ -34,6 +34,7 @@
 #ifndef WALFEED_SERVER_CONSUMER_REGISTRY_H_
 #define WALFEED_SERVER_CONSUMER_REGISTRY_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -392,7 +393,16 @@ class ConsumerRegistry {
     std::optional<absl::Time> room_since;
   };
   static constexpr absl::Duration kHoldSettle = absl::Seconds(5);
+  // HasRoom's answer and bookkeeping, under mu_.
+  bool RoomLocked(std::optional<HoldChange>* change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<Hold> hold_ ABSL_GUARDED_BY(mu_);
+  // HasRoom's answer without mu_, for the reader's check after every frame:
+  // the buffer had room and no hold was open when last seen under mu_. Only
+  // Append (the one way bytes grow) and HasRoom (the one place a hold opens)
+  // can make it false, and both store it, so it is never true when the answer
+  // is false. It may be false while there is room (acks, the spill or an
+  // unload freed some since): HasRoom then takes mu_ and stores it afresh.
+  std::atomic<bool> room_unheld_{true};
 };
 
 }  // namespace walfeed::server

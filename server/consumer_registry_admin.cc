@@ -296,9 +296,18 @@ bool ConsumerRegistry::TakesMore() const {
 }
 
 bool ConsumerRegistry::HasRoom(std::optional<HoldChange>* change) {
+  // The common case, per frame: room and no hold, nothing to do.
+  if (room_unheld_.load(std::memory_order_acquire)) return true;
   absl::MutexLock lock(&mu_);
+  const bool room = RoomLocked(change);
+  // A hold that opened or goes on keeps it false; one that ended makes it true.
+  room_unheld_.store(room && !hold_, std::memory_order_release);
+  return room;
+}
+
+bool ConsumerRegistry::RoomLocked(std::optional<HoldChange>* change) {
   const bool room = buffer_.HasRoom(options_.buffer_bytes);
-  if (room && !hold_) return room;  // The common case, per frame: nothing to do.
+  if (room && !hold_) return room;
   // Memory is full but the spill can take its oldest events: no one holds the
   // stream yet (the caller spills).
   if (!room && !FullLocked()) return room;

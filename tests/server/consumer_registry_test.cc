@@ -181,6 +181,28 @@ TEST_F(ConsumerRegistryTest, TheBufferBoundTellsTheReaderToWait) {
   EXPECT_TRUE(registry.HasRoom());
 }
 
+// HasRoom answers from a flag while the buffer has room: every fill must
+// still be seen, not only the first.
+TEST_F(ConsumerRegistryTest, TheBufferBoundHoldsEachTimeTheBufferFillsAgain) {
+  const size_t one = Buffered(Id(0x100, 0)).bytes;
+  ConsumerRegistry registry(Options(one * 2));
+  registry.Load(&tracker_, {}, EventId{});
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  for (uint64_t lsn = 0x100; lsn <= 0x400; lsn += 0x100) {
+    SCOPED_TRACE(lsn);
+    EXPECT_TRUE(registry.HasRoom());
+    Deliver(registry, lsn, 1);
+    EXPECT_TRUE(registry.HasRoom()) << "one event of two";
+    Deliver(registry, lsn + 0x10, 1);
+    EXPECT_FALSE(registry.HasRoom());
+    EXPECT_FALSE(registry.HasRoom()) << "asked again";
+    Drain(registry, *a->session);
+    ASSERT_THAT(Ack(registry, *a, Id(lsn + 0x10, 0)), IsOk());
+  }
+  EXPECT_TRUE(registry.HasRoom());
+}
+
 TEST_F(ConsumerRegistryTest, WaitingSessionsAreWokenOnceByTheReader) {
   ConsumerRegistry registry(Options());
   registry.Load(&tracker_, {}, EventId{});
