@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
@@ -167,6 +169,23 @@ void StreamReader::AdaptUnixWindow(int frames, size_t bytes) {
   }
 }
 
+void StreamReader::AdaptTcpWindow(absl::Duration lag) {
+  const absl::Duration window = lag >= kBacklogLag     ? kTcpBacklogReadWindow
+                                : lag < kCaughtUpLag ? kTcpReadWindow
+                                                       : read_window_;
+  if (window == read_window_) return;
+  read_window_ = window;
+  const std::string sent = absl::FormatDuration(absl::Trunc(lag, absl::Milliseconds(1)));
+  if (window == kTcpBacklogReadWindow) {
+    Logger()->info("stream {}: reading a backlog (PostgreSQL sent a transaction {} after its "
+                   "commit): read window {} until caught up",
+                   options_.stream_name, sent, absl::FormatDuration(window));
+  } else {
+    Logger()->info("stream {}: caught up (a transaction sent {} after its commit): read window {}",
+                   options_.stream_name, sent, absl::FormatDuration(window));
+  }
+}
+
 absl::Status StreamReader::RunSession(Lsn start) {
   last_session_streamed_ = false;
   WALFEED_ASSIGN_OR_RETURN(std::unique_ptr<ReplicationConnection> conn, opener_->Open(start));
@@ -185,14 +204,17 @@ absl::Status StreamReader::RunSession(Lsn start) {
     ping_floor_ = conn->wal_sender_timeout() / 4;
   }
   read_window_ = ReadWindow(*conn);
-  const bool adapt_window = !options_.read_coalesce && conn->unix_socket();
+  const bool adapt_unix_window = !options_.read_coalesce && conn->unix_socket();
+  const bool adapt_tcp_window = !options_.read_coalesce && !conn->unix_socket();
   bool after_window = false;  // This turn's read followed a read window.
   Logger()->info("stream {}: streaming slot {} from {} (status every {}, read window {}{})",
                  options_.stream_name, options_.slot_name, start.ToString(),
                  absl::FormatDuration(interval), absl::FormatDuration(read_window_),
                  options_.read_coalesce ? ""
                  : conn->unix_socket()  ? " or less while a backlog is read: Unix socket"
-                                        : ": TCP");
+                                        : absl::StrCat(" or ",
+                                                       absl::FormatDuration(kTcpBacklogReadWindow),
+                                                       " while a backlog is read: TCP"));
   sink_->OnConnected(start);
 
   absl::Time next_status = clock_->Now();
@@ -244,6 +266,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
     // read per turn, not per frame, which a turn's length makes no coarser to
     // an operator's "is it moving?".
     turn_started_ = clock_->Now();
+    turn_begin_lag_.reset();
     while (room) {
       WALFEED_ASSIGN_OR_RETURN(std::optional<CopyFrame> frame, conn->TryRead());
       if (!frame) {
@@ -334,7 +357,8 @@ absl::Status StreamReader::RunSession(Lsn start) {
     // and emptied the socket, the socket is not polled for input for a moment; it
     // is read after it. A turn cut short by kMaxDrainFrames may have left whole
     // frames in libpq's buffer, which poll() cannot see: no waiting then.
-    if (adapt_window && after_window) AdaptUnixWindow(frames, turn_bytes);
+    if (adapt_unix_window && after_window) AdaptUnixWindow(frames, turn_bytes);
+    if (adapt_tcp_window && turn_begin_lag_) AdaptTcpWindow(*turn_begin_lag_);
     const bool coalesce =
         frames > 0 && caught_up && room && !reply_now && read_window_ > absl::ZeroDuration();
     after_window = coalesce;
@@ -385,6 +409,14 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
   pgoutput::DecodeOptions decode_options;  // Protocol 1, streaming off.
   WALFEED_ASSIGN_OR_RETURN(pgoutput::Message decoded,
                            pgoutput::Decode(data.payload, decode_options));
+  if (const auto* begin = absl::get_if<pgoutput::Begin>(&decoded)) {
+    // Both from the frame, which is untrusted: saturated, never overflowed.
+    int64_t lag_us = 0;
+    if (__builtin_sub_overflow(data.send_time, begin->commit_time, &lag_us)) {
+      lag_us = data.send_time > begin->commit_time ? INT64_MAX : INT64_MIN;
+    }
+    turn_begin_lag_ = absl::Microseconds(lag_us);
+  }
   outputs_.clear();
   WALFEED_RETURN_IF_ERROR(assembler_.Process(std::move(decoded), &outputs_));
   for (TransactionAssembler::Output& output : outputs_) {

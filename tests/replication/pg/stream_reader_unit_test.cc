@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -625,6 +626,79 @@ TEST_F(StreamReaderBacklogTest, ASetReadWindowHoldsOverAUnixSocket) {
   ASSERT_THAT(RunBurstsThenTrickle(), IsOk());
   EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(12u)));
   EXPECT_THAT(log_->input_pauses(), Each(absl::Milliseconds(1)));
+}
+
+// Empty transactions, one frame every 20 ms (each read alone, then a
+// window), each Begin sent by the walsender `lag` after its commit.
+Script TransactionsSentAfterTheirCommit(const std::vector<absl::Duration>& lags) {
+  constexpr int64_t kCommitTime = int64_t{800'000'000} * 1'000'000;  // 2025, PostgreSQL epoch.
+  Script script;
+  uint64_t lsn = 0x10000;
+  for (const absl::Duration lag : lags) {
+    const int64_t sent = kCommitTime + absl::ToInt64Microseconds(lag);
+    pgoutput::Begin begin{Lsn(lsn + 0x100), kCommitTime, 700};
+    pgoutput::Commit commit{0, Lsn(lsn + 0x100), Lsn(lsn + 0x130), kCommitTime};
+    script.Frame(walfeed::testing::EncodeXLogData(Lsn(lsn), Lsn(lsn), sent,
+                                                  walfeed::testing::EncodeBegin(begin)),
+                 absl::Milliseconds(20));
+    script.Frame(walfeed::testing::EncodeXLogData(Lsn(lsn + 0x100), Lsn(lsn + 0x100), sent,
+                                                  walfeed::testing::EncodeCommit(commit)),
+                 absl::Milliseconds(20));
+    lsn += 0x1000;
+  }
+  return script;
+}
+
+// Unset over TCP, the window lengthens while the walsender sends transactions
+// long after their commit (a backlog: a little more wait costs such changes
+// little, and the walsender's sends gather into fewer segments) and shortens
+// once it sends them promptly; a lag between the two thresholds changes
+// nothing either way.
+TEST_F(StreamReaderUnitTest, UnsetTheTcpWindowLengthensWhileABacklogIsRead) {
+  options_.read_coalesce.reset();
+  const std::vector<absl::Duration> lags = {absl::Seconds(5), (kBacklogLag + kCaughtUpLag) / 2,
+                                            absl::Milliseconds(1), (kBacklogLag + kCaughtUpLag) / 2,
+                                            kBacklogLag, kCaughtUpLag - absl::Microseconds(1)};
+  ASSERT_THAT(Run({TransactionsSentAfterTheirCommit(lags)},
+                  [&](const SentUpdate&) { return sink_.commits().size() >= lags.size(); }),
+              IsOk());
+  const std::vector<absl::Duration> pauses = log_->input_pauses();
+  ASSERT_GE(pauses.size(), 2 * lags.size());
+  const absl::Duration backlog = kTcpBacklogReadWindow;
+  const absl::Duration live = kTcpReadWindow;
+  // Two frames per transaction, a window after each read; the Begin's read decides.
+  EXPECT_THAT(std::vector<absl::Duration>(pauses.begin(), pauses.begin() + 2 * lags.size()),
+              ElementsAreArray({backlog, backlog, backlog, backlog, live, live, live, live, backlog,
+                                backlog, live, live}));
+}
+
+// Set, it holds whatever the lag.
+TEST_F(StreamReaderUnitTest, ASetReadWindowHoldsWhileABacklogIsRead) {
+  options_.read_coalesce = absl::Milliseconds(2);
+  const std::vector<absl::Duration> lags = {absl::Seconds(5), absl::Milliseconds(1)};
+  ASSERT_THAT(Run({TransactionsSentAfterTheirCommit(lags)},
+                  [&](const SentUpdate&) { return sink_.commits().size() >= lags.size(); }),
+              IsOk());
+  EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(2 * lags.size())));
+  EXPECT_THAT(log_->input_pauses(), Each(absl::Milliseconds(2)));
+}
+
+// The times are the walsender's, so untrusted: extremes neither overflow nor
+// end the session.
+TEST_F(StreamReaderUnitTest, ExtremeSendAndCommitTimesAreHarmless) {
+  options_.read_coalesce.reset();
+  Script script;
+  pgoutput::Begin begin{Lsn(0x200), std::numeric_limits<int64_t>::min(), 700};
+  pgoutput::Commit commit{0, Lsn(0x200), Lsn(0x230), 0};
+  script.Frame(walfeed::testing::EncodeXLogData(Lsn(0x100), Lsn(0x100),
+                                                std::numeric_limits<int64_t>::max(),
+                                                walfeed::testing::EncodeBegin(begin)),
+               absl::Milliseconds(20));
+  script.Frame(walfeed::testing::EncodeXLogData(Lsn(0x200), Lsn(0x200), 0,
+                                                walfeed::testing::EncodeCommit(commit)),
+               absl::Milliseconds(20));
+  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }), IsOk());
+  EXPECT_THAT(log_->input_pauses(), Each(kTcpBacklogReadWindow));
 }
 
 TEST_F(StreamReaderUnitTest, WithoutCoalescingEveryArrivalIsReadAtOnce) {
