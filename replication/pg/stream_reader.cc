@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <string>
 
 #include "absl/cleanup/cleanup.h"
@@ -410,12 +409,8 @@ absl::Status StreamReader::HandleFrame(absl::Span<const uint8_t> frame, bool* re
   WALFEED_ASSIGN_OR_RETURN(pgoutput::Message decoded,
                            pgoutput::Decode(data.payload, decode_options));
   if (const auto* begin = absl::get_if<pgoutput::Begin>(&decoded)) {
-    // Both from the frame, which is untrusted: saturated, never overflowed.
-    int64_t lag_us = 0;
-    if (__builtin_sub_overflow(data.send_time, begin->commit_time, &lag_us)) {
-      lag_us = data.send_time > begin->commit_time ? INT64_MAX : INT64_MIN;
-    }
-    turn_begin_lag_ = absl::Microseconds(lag_us);
+    // Both from the frame, which is untrusted: Duration arithmetic saturates.
+    turn_begin_lag_ = absl::Microseconds(data.send_time) - absl::Microseconds(begin->commit_time);
   }
   outputs_.clear();
   WALFEED_RETURN_IF_ERROR(assembler_.Process(std::move(decoded), &outputs_));

@@ -104,9 +104,9 @@ inline constexpr absl::Duration kTcpReadWindow = absl::Milliseconds(1);
 // after its commit (its Begin's commit time against the frame's send time, both
 // PostgreSQL's clock, so no clock skew enters). Its changes are that old
 // already, so a longer window costs them little, and it lets the walsender's
-// sends gather into fewer TCP segments: on the peer harness's W1 and W3
-// backlogs, 8-10 ms against 1 ms cut the walsender's CPU per event by about a
-// third (docs/performance.md). Back to kTcpReadWindow once a turn's last Begin
+// sends gather into fewer TCP segments: on the peer harness's W1 backlog,
+// 8-10 ms against 1 ms cut the walsender's CPU per event by about a third (W3
+// did not move; docs/performance.md). Back to kTcpReadWindow once a turn's last Begin
 // was sent within kCaughtUpLag of its commit; in between the window stays as
 // it is, so a lag near the threshold does not flip it every turn.
 inline constexpr absl::Duration kTcpBacklogReadWindow = absl::Milliseconds(8);
