@@ -155,6 +155,13 @@ class Subscriber {
     grpc::CompletionQueue cq;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + (deadline - Clock::now()));
+    // After a lost connection the channel's first reconnect can fail (on a
+    // host this busy its handshake can time out), leaving the channel in
+    // TRANSIENT_FAILURE until its backoff retries; without waiting for ready
+    // every new session in that time fails at once, and a subscriber used
+    // up its reconnects within milliseconds. A consumer waits, up to its
+    // deadline.
+    context.set_wait_for_ready(true);
     std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
         stub.PrepareCall(&context, "/walfeed.v1.ChangeStream/Subscribe", &cq);
     call->StartCall(reinterpret_cast<void*>(1));
