@@ -50,11 +50,27 @@ tmp="$(mktemp -d /tmp/walfeed-drain.XXXXXX)"
 # call inside the measured time.
 stream="b_${EPOCHREALTIME/[.,]/}_$$"
 conninfo="host=$PG_HOST port=$PG_PORT user=$PG_USER dbname=$PG_DB"
-server_pid=""
+time_pid=""
+
+# The server is GNU time's only child: its pid, read from /proc without
+# starting a process (pgrep where the kernel has no `children` file); empty
+# once the server has exited.
+server_child() {
+  local -n into=$1
+  local children=""
+  into=""
+  if [[ -r /proc/$time_pid/task/$time_pid/children ]]; then
+    read -r children _ </proc/$time_pid/task/$time_pid/children || true
+  else
+    children=$(pgrep -P "$time_pid" || true)
+  fi
+  into=${children%% *}
+}
 
 cleanup() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
+  if [ -n "$time_pid" ] && kill -0 "$time_pid" 2>/dev/null; then
+    server_child server_pid
+    [ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null
     wait "$time_pid" 2>/dev/null || true
   fi
   if [ -n "${WALFEED_BENCH_LOGS:-}" ]; then
@@ -87,14 +103,13 @@ done
     "    publications: [$PUBLICATION]" "    create_missing: false"
 } >"$tmp/walfeed.yaml"
 
-# GNU time runs a shell that execs the server, so the pid in server.pid is the
-# server's own: SIGTERM goes to it, and time reports its CPU and max RSS.
+# GNU time runs the server itself and reports its CPU and max RSS. The drain
+# client starts at once: it waits for the server's port, so nothing here
+# waits for the server (a shell between time and the server to note its pid,
+# and polling for that note, came before the server's own start).
 "$TIME_BIN" -f '%e %U %S %M' -o "$tmp/server.time" \
-  bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$tmp/server.pid" \
   "$SERVER_BIN" --config "$tmp/walfeed.yaml" >"$tmp/server.log" 2>&1 &
 time_pid=$!
-for ((attempt = 0; attempt < 500; attempt++)); do [ -s "$tmp/server.pid" ] && break; sleep 0.01; done
-read -r server_pid <"$tmp/server.pid"
 
 drain_rc=0
 event_form=full
@@ -106,18 +121,20 @@ event_form=full
   --event-form "$event_form" >"$tmp/drain.json" || drain_rc=$?
 
 # SIGTERM to exit, with nothing in flight (the client has acked and gone).
+server_child server_pid
 stop_begin=$EPOCHREALTIME
-kill -TERM "$server_pid"
+[ -n "$server_pid" ] && kill -TERM "$server_pid"
 server_rc=0
 wait "$time_pid" || server_rc=$?
 stop_end=$EPOCHREALTIME
-server_pid=""
+time_pid=""
 if [ "$drain_rc" != 0 ] || [ "$server_rc" != 0 ]; then
   echo "drain_walfeed.sh: drain exit $drain_rc, server exit $server_rc; server log tail:" >&2
   tail -n 20 "$tmp/server.log" >&2
 fi
 
-# The client's JSON line, extended (awk, not an interpreter start-up per run).
+# The client's JSON line, extended with bash alone: an awk here was one more
+# process start inside the measured time, 7-17 ms on a loaded 2-core machine.
 # GNU time's line is the file's last (a signal note may come before it).
 last_line() {
   local -n into=$2
@@ -127,28 +144,47 @@ last_line() {
   mapfile -t lines <"$1"
   if (( ${#lines[@]} > 0 )); then into=${lines[-1]}; fi
 }
+# GNU time's "%e %U %S %M" as JSON fields named <prefix>_..., and the CPU
+# seconds in hundredths (-1 when the line is not that).
+timed() {
+  local -n fields=$3 cpu=$4
+  local wall user sys rss
+  fields=""
+  cpu=-1
+  read -r wall user sys rss <<<"$1"
+  [[ $wall =~ ^[0-9]+\.[0-9]{2}$ && $user =~ ^[0-9]+\.[0-9]{2}$ &&
+     $sys =~ ^[0-9]+\.[0-9]{2}$ && $rss =~ ^[0-9]+$ ]] || return 0
+  cpu=$(( 10#${user/./} + 10#${sys/./} ))
+  printf -v fields ', "%s_wall_s": %s, "%s_cpu_s": %d.%02d0, "%s_user_s": %s, "%s_sys_s": %s, "%s_max_rss_kb": %d' \
+    "$2" "$wall" "$2" $(( cpu / 100 )) $(( cpu % 100 )) "$2" "$user" "$2" "$sys" "$2" "$rss"
+}
 last_line "$tmp/server.time" server_t
 last_line "$tmp/drain.time" drain_t
 stop_us=$(( 10#${stop_end/[.,]/} - 10#${stop_begin/[.,]/} ))
 (( stop_us >= 0 )) || stop_us=0  # The wall clock stepped back meanwhile.
 printf -v stop_s '%d.%06d' $(( stop_us / 1000000 )) $(( stop_us % 1000000 ))
-awk -v server_t="$server_t" -v drain_t="$drain_t" \
-    -v drain_rc="$drain_rc" -v server_rc="$server_rc" -v stop_s="$stop_s" '
-  function timed(line, prefix,   f) {
-    if (split(line, f, " ") < 4) return ""
-    return sprintf(", \"%s_wall_s\": %s, \"%s_cpu_s\": %.3f, \"%s_user_s\": %s, \"%s_sys_s\": %s, \"%s_max_rss_kb\": %d",
-                   prefix, f[1], prefix, f[2] + f[3], prefix, f[2], prefix, f[3], prefix, f[4])
-  }
-  /^\{/ { line = $0 }
-  END {
-    if (line == "") line = "{\"error\": \"drain client printed nothing\"}"
-    events = 0
-    if (match(line, /"events": [0-9]+/)) events = substr(line, RSTART + 10, RLENGTH - 10) + 0
-    extra = timed(server_t, "walfeed_server") timed(drain_t, "drain_client")
-    split(server_t, s, " ")
-    if (events > 0 && s[2] != "") extra = extra sprintf(", \"walfeed_server_cpu_us_per_event\": %.2f", (s[2] + s[3]) * 1e6 / events)
-    extra = extra sprintf(", \"walfeed_server_stop_s\": %s, \"drain_rc\": %d, \"server_rc\": %d", stop_s, drain_rc, server_rc)
-    sub(/\}[ \t]*$/, extra "}", line)
-    print line
-  }' "$tmp/drain.json"
+line='{"error": "drain client printed nothing"}'
+if [[ -r $tmp/drain.json ]]; then
+  mapfile -t drain_lines <"$tmp/drain.json"
+  for ((i = ${#drain_lines[@]} - 1; i >= 0; i--)); do
+    if [[ ${drain_lines[i]} == "{"* ]]; then line=${drain_lines[i]}; break; fi
+  done
+fi
+events=0
+[[ $line =~ \"events\":\ ([0-9]+) ]] && events=${BASH_REMATCH[1]}
+timed "$server_t" walfeed_server server_fields server_cpu
+timed "$drain_t" drain_client drain_fields drain_cpu
+extra="$server_fields$drain_fields"
+if (( events > 0 && server_cpu >= 0 )); then
+  # Hundredths of a second to hundredths of a microsecond per event, rounded.
+  per_event=$(( (server_cpu * 2000000 + events) / (2 * events) ))
+  printf -v per_event_field ', "walfeed_server_cpu_us_per_event": %d.%02d' \
+    $(( per_event / 100 )) $(( per_event % 100 ))
+  extra+=$per_event_field
+fi
+printf -v stop_fields ', "walfeed_server_stop_s": %s, "drain_rc": %d, "server_rc": %d' \
+  "$stop_s" "$drain_rc" "$server_rc"
+extra+=$stop_fields
+[[ $line =~ ^(.*)\}[[:space:]]*$ ]] && line="${BASH_REMATCH[1]}$extra}"
+printf '%s\n' "$line"
 exit $(( drain_rc != 0 || server_rc != 0 ))
