@@ -70,7 +70,7 @@ server_child() {
 cleanup() {
   if [ -n "$time_pid" ] && kill -0 "$time_pid" 2>/dev/null; then
     server_child server_pid
-    [ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null
+    if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null || true; fi
     wait "$time_pid" 2>/dev/null || true
   fi
   if [ -n "${WALFEED_BENCH_LOGS:-}" ]; then
@@ -123,7 +123,8 @@ event_form=full
 # SIGTERM to exit, with nothing in flight (the client has acked and gone).
 server_child server_pid
 stop_begin=$EPOCHREALTIME
-[ -n "$server_pid" ] && kill -TERM "$server_pid"
+# Already gone (it failed): its exit status comes through GNU time below.
+if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null || true; fi
 server_rc=0
 wait "$time_pid" || server_rc=$?
 stop_end=$EPOCHREALTIME
