@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "bench_client.h"
 #include "frame_count.h"
@@ -92,6 +93,36 @@ struct Outcome {
   std::string last_loss;  // How the last lost connection showed.
 };
 
+// Every subscriber is a consumer the server learns of when it subscribes, and
+// the server keeps events only for the consumers it knows: one that acked
+// before the last had subscribed let the server drop what that one had not
+// received yet (it then starts after the oldest event still held, as a new
+// consumer does). So no subscriber acks until every one has had its first
+// session started, or given up. It goes on reading meanwhile (the server
+// stops at its unacked window, and progress frames, at least one a second,
+// bring it back to acking): a subscriber that stopped reading for that long
+// could have its connection dropped by the server host's TCP user timeout.
+class Registration {
+ public:
+  explicit Registration(int subscribers) : waiting_(subscribers) {}
+
+  // Once per subscriber: its first session started, or it ended without one.
+  void Done() {
+    absl::MutexLock lock(&mu_);
+    if (waiting_ > 0) --waiting_;
+  }
+
+  bool All() {
+    absl::MutexLock lock(&mu_);
+    return waiting_ == 0;
+  }
+
+ private:
+
+  absl::Mutex mu_;
+  int waiting_ ABSL_GUARDED_BY(mu_);
+};
+
 // One completion-queue step; false when the operation failed.
 bool Step(grpc::CompletionQueue& cq, int expected_tag) {
   void* tag = nullptr;
@@ -102,9 +133,10 @@ bool Step(grpc::CompletionQueue& cq, int expected_tag) {
 
 class Subscriber {
  public:
-  Subscriber(const Flags& flags, int index)
+  Subscriber(const Flags& flags, int index, Registration* registration)
       : flags_(flags),
         index_(index),
+        registration_(registration),
         channel_(walfeed::bench::MakeChannel(flags.server, index + 1)) {}
 
   bool Connect(Clock::time_point deadline) {
@@ -120,6 +152,10 @@ class Subscriber {
     Outcome out;
     for (;;) {
       const SessionEnd end = RunSession(deadline, &out);
+      if (!registered_) {  // Its first session never started: not waited for.
+        registered_ = true;
+        registration_->Done();
+      }
       if (end != SessionEnd::kConnectionLost) break;
       if (++out.reconnects > kMaxReconnects) {
         out.error = "lost its connection " + std::to_string(out.reconnects) +
@@ -175,6 +211,7 @@ class Subscriber {
     std::vector<std::string_view> pieces;
     std::string session_id;
     uint64_t since_ack = 0;
+    std::string last_id;  // The last event counted in this session.
     uint64_t session_frames = 0;
     bool stream_ended = false;  // The server (or the connection) ended it.
     grpc::Status ack_status;
@@ -208,6 +245,10 @@ class Subscriber {
           break;
         }
         session_id = started.started().session_id();
+        if (!registered_) {
+          registered_ = true;
+          registration_->Done();
+        }
         // Where this session starts: after an id this subscriber acked (or
         // tried to: an ack lost with the connection may have landed).
         const std::string& after = started.started().start_after();
@@ -220,10 +261,13 @@ class Subscriber {
       }
       out->events += counted.count;
       since_ack += counted.count;
-      if (flags_.ack_every > 0 && since_ack >= flags_.ack_every && !counted.last_id.empty()) {
+      if (!counted.last_id.empty()) last_id = counted.last_id;
+      all_registered_ = all_registered_ || registration_->All();
+      if (flags_.ack_every > 0 && since_ack >= flags_.ack_every && !last_id.empty() &&
+          all_registered_) {
         since_ack = 0;
-        counted_through_[counted.last_id] = out->events;
-        ack_status = Ack(session_id, counted.last_id);
+        counted_through_[last_id] = out->events;
+        ack_status = Ack(session_id, last_id);
         if (!ack_status.ok()) break;
         ++out->acks;
         out->acked_events = out->events;
@@ -268,6 +312,9 @@ class Subscriber {
 
   const Flags& flags_;
   const int index_;
+  Registration* const registration_;
+  bool registered_ = false;      // registration_->Done() was called.
+  bool all_registered_ = false;  // Every subscriber had registered by its first ack.
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ChangeStream::Stub> ack_stub_;
   // Events counted through each id this subscriber acked or tried to ack.
@@ -279,8 +326,9 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 int Run(const Flags& flags) {
   const Clock::time_point connect_by = Clock::now() + std::chrono::seconds(30);
   std::vector<std::unique_ptr<Subscriber>> subscribers;
+  Registration registration(flags.subscribers);
   for (int i = 0; i < flags.subscribers; ++i) {
-    subscribers.push_back(std::make_unique<Subscriber>(flags, i));
+    subscribers.push_back(std::make_unique<Subscriber>(flags, i, &registration));
     if (!subscribers.back()->Connect(connect_by)) {
       std::fprintf(stderr, "walfeed_fanout: subscriber %d could not connect to %s\n", i,
                    flags.server.c_str());
