@@ -6,7 +6,8 @@
 // acks cumulatively every --ack-every events, with an unacked window of four
 // times that (0: never acks, and the window is --events).
 //
-// All subscribers connect first, then start together; the JSON line gives the
+// All subscribers connect first, then start together, and none acks before
+// every one has subscribed (see Registration); the JSON line gives the
 // time from that start to the last subscriber's last event, the aggregate
 // events/s (subscribers x events / that time) and the spread per subscriber.
 // A subscriber that loses its connection subscribes again, as a consumer
@@ -118,7 +119,6 @@ class Registration {
   }
 
  private:
-
   absl::Mutex mu_;
   int waiting_ ABSL_GUARDED_BY(mu_);
 };
@@ -314,7 +314,7 @@ class Subscriber {
   const int index_;
   Registration* const registration_;
   bool registered_ = false;      // registration_->Done() was called.
-  bool all_registered_ = false;  // Every subscriber had registered by its first ack.
+  bool all_registered_ = false;  // Registration::All() was true once (it stays so).
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ChangeStream::Stub> ack_stub_;
   // Events counted through each id this subscriber acked or tried to ack.
