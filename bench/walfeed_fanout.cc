@@ -21,6 +21,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -31,7 +32,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "bench_client.h"
 #include "frame_count.h"
@@ -108,19 +108,11 @@ class Registration {
   explicit Registration(int subscribers) : waiting_(subscribers) {}
 
   // Once per subscriber: its first session started, or it ended without one.
-  void Done() {
-    absl::MutexLock lock(&mu_);
-    if (waiting_ > 0) --waiting_;
-  }
-
-  bool All() {
-    absl::MutexLock lock(&mu_);
-    return waiting_ == 0;
-  }
+  void Done() { waiting_.fetch_sub(1); }
+  bool All() const { return waiting_.load() <= 0; }
 
  private:
-  absl::Mutex mu_;
-  int waiting_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> waiting_;
 };
 
 // One completion-queue step; false when the operation failed.
@@ -152,10 +144,7 @@ class Subscriber {
     Outcome out;
     for (;;) {
       const SessionEnd end = RunSession(deadline, &out);
-      if (!registered_) {  // Its first session never started: not waited for.
-        registered_ = true;
-        registration_->Done();
-      }
+      Register();  // Its first session never started: not waited for.
       if (end != SessionEnd::kConnectionLost) break;
       if (++out.reconnects > kMaxReconnects) {
         out.error = "lost its connection " + std::to_string(out.reconnects) +
@@ -168,6 +157,13 @@ class Subscriber {
   }
 
  private:
+  // Counts this subscriber in registration_ once.
+  void Register() {
+    if (registered_) return;
+    registered_ = true;
+    registration_->Done();
+  }
+
   enum class SessionEnd { kDone, kFailed, kConnectionLost };
   static constexpr int kMaxReconnects = 5;
 
@@ -245,10 +241,7 @@ class Subscriber {
           break;
         }
         session_id = started.started().session_id();
-        if (!registered_) {
-          registered_ = true;
-          registration_->Done();
-        }
+        Register();
         // Where this session starts: after an id this subscriber acked (or
         // tried to: an ack lost with the connection may have landed).
         const std::string& after = started.started().start_after();
@@ -313,7 +306,7 @@ class Subscriber {
   const Flags& flags_;
   const int index_;
   Registration* const registration_;
-  bool registered_ = false;      // registration_->Done() was called.
+  bool registered_ = false;      // Register() counted it.
   bool all_registered_ = false;  // Registration::All() was true once (it stays so).
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ChangeStream::Stub> ack_stub_;
