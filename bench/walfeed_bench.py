@@ -37,6 +37,8 @@ PGBIN = os.environ.get('PGBIN', '/usr/lib/postgresql/15/bin')
 SERVER = os.path.join(BUILD, 'server', 'walfeed-server')
 CLI = os.path.join(BUILD, 'client', 'walfeed')
 LIVE = os.path.join(BUILD, 'bench', 'walfeed_live')
+DIRECT_LIVE = os.path.join(BUILD, 'bench', 'direct_live')
+LIVE_RATES = None  # --rates
 FANOUT = os.path.join(BUILD, 'bench', 'walfeed_fanout')
 DRAIN = os.path.join(BUILD, 'bench', 'walfeed_drain')
 HZ = os.sysconf('SC_CLK_TCK')
@@ -223,44 +225,95 @@ def live_mode(tmp, cluster, quick):
     default = 'up to 1ms, adaptive' if cluster.transport == 'unix' else '1ms'
     cases = [(1000, None), (10000, None)]
     cases += [(1000, '0ms'), (10000, '0ms'), (10000, '5ms')] if not quick else [(10000, '0ms')]
+    if LIVE_RATES:
+        cases = [(rate, None) for rate in LIVE_RATES]
+    timing = ['--duration-s', str(duration), '--warmup-s', str(warmup)]
+    env = dict(os.environ, PGOPTIONS='-c synchronous_commit=on')
+
+    def write(rate):
+        """Runs the writers at `rate` tx/s; returns their count and the tx/s done."""
+        clients = 4 if rate <= 1000 else 16
+        bench = subprocess.run([os.path.join(PGBIN, 'pgbench'), '-n', '-h', '127.0.0.1', '-p',
+                                str(cluster.port), '-U', 'postgres', '-c', str(clients), '-j', '2',
+                                '-R', str(rate), '-T', str(warmup + duration + 2), '-f', script,
+                                'postgres'], capture_output=True, text=True, env=env)
+        tps = [l for l in bench.stdout.splitlines() if l.startswith('tps =')]
+        return clients, float(tps[0].split()[2]) if tps else None
+
+    def direct_case(rate):
+        """The baseline: a direct slot reader alone (one walsender, as walfeed
+        has), through the same writers, in the minute before walfeed's case."""
+        slot = 'direct_%d' % rate
+        cluster.sql("SELECT pg_create_logical_replication_slot('%s', 'pgoutput')" % slot)
+        direct = None
+        try:
+            direct = subscribed([DIRECT_LIVE, '--conninfo', cluster.server_conninfo, '--slot', slot,
+                                 '--publication', 'live_pub'] + timing)
+            _, tps = write(rate)
+            d = last_json_line(direct, 'direct_live')
+            return dict({k: d[k] for k in ('events', 'p50_ms', 'p90_ms', 'p99_ms', 'p999_ms',
+                                            'max_ms')}, pgbench_tps=tps)
+        finally:
+            if direct and direct.poll() is None:
+                direct.kill()
+                direct.wait()
+            drop_slot(cluster, slot)
+
     results = []
     for rate, coalesce in cases:
+        direct = direct_case(rate) if coalesce is None else None
         slot = 'live_%d_%s' % (rate, coalesce or 'default')
         cluster.sql("SELECT pg_create_logical_replication_slot('%s', 'pgoutput')" % slot)
         server = Server(tmp, cluster, 'live', slot, 'live_pub', 'wf_' + slot,
                         extra_defaults={'read_coalesce': coalesce} if coalesce else None)
         try:
             server.wait_streaming()
-            client = subprocess.Popen([LIVE, '--server', server.address, '--stream', 'live', '--consumer',
-                                       'lat', '--duration-s', str(duration), '--warmup-s', str(warmup)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            first = client.stdout.readline()
-            if '"subscribed"' not in first:
-                raise RuntimeError('walfeed_live did not subscribe: %s %s' % (first, client.stderr.read()))
-            clients = 4 if rate <= 1000 else 16
-            env = dict(os.environ, PGOPTIONS='-c synchronous_commit=on')
+            client = subscribed([LIVE, '--server', server.address, '--stream', 'live', '--consumer',
+                                 'lat'] + timing)
             cpu0 = proc_cpu_s(server.proc.pid)
-            bench = subprocess.run([os.path.join(PGBIN, 'pgbench'), '-n', '-h', '127.0.0.1', '-p',
-                                    str(cluster.port), '-U', 'postgres', '-c', str(clients), '-j', '2',
-                                    '-R', str(rate), '-T', str(warmup + duration + 2), '-f', script,
-                                    'postgres'], capture_output=True, text=True, env=env)
+            clients, tps = write(rate)
             cpu1 = proc_cpu_s(server.proc.pid)
-            out, err = client.communicate(timeout=60)
-            lines = [l for l in out.splitlines() if l.startswith('{')]
-            if client.returncode != 0 or not lines:
-                raise RuntimeError('walfeed_live failed: %s' % err[-2000:])
-            r = json.loads(lines[-1])
-            tps = [l for l in bench.stdout.splitlines() if l.startswith('tps =')]
+            r = last_json_line(client, 'walfeed_live')
+            if direct:
+                r['direct'] = direct
+                r['p99_over_direct'] = round(r['p99_ms'] / max(direct['p99_ms'], 1e-3), 2)
             r.update(mode='live', target_tx_per_s=rate, writers=clients, transport=cluster.transport,
                      read_coalesce=coalesce or 'unset: %s (over %s)' % (default, cluster.transport),
-                     pgbench_tps=float(tps[0].split()[2]) if tps else None,
+                     pgbench_tps=tps,
                      server_cpu_pct=round(100.0 * (cpu1 - cpu0) / (warmup + duration + 2), 1))
             results.append(r)
             print(json.dumps(r), flush=True)
         finally:
             server.stop()
-            cluster.sql("SELECT pg_drop_replication_slot('%s')" % slot)
+            drop_slot(cluster, slot)
     return results
+
+
+def subscribed(cmd):
+    """Starts a live client and waits for its {"subscribed": true} line."""
+    client = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = client.stdout.readline()
+    if '"subscribed"' not in first:
+        client.kill()
+        raise RuntimeError('%s did not subscribe: %s %s' % (os.path.basename(cmd[0]), first,
+                                                             client.stderr.read()))
+    return client
+
+
+def last_json_line(client, name):
+    out, err = client.communicate(timeout=60)
+    lines = [l for l in out.splitlines() if l.startswith('{')]
+    if client.returncode != 0 or not lines:
+        raise RuntimeError('%s failed: %s' % (name, err[-2000:]))
+    return json.loads(lines[-1])
+
+
+def drop_slot(cluster, name):
+    """Drops a slot once its walsender has gone (it ends a moment after its
+    client: pg_drop_replication_slot refuses an active slot)."""
+    wait_for('slot %s released' % name, lambda: cluster.sql(
+        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '%s' AND active" % name) == '0', 30)
+    cluster.sql("SELECT pg_drop_replication_slot('%s')" % name)
 
 
 # ---------------------------------------------------------------------- fan-out
@@ -585,11 +638,16 @@ def summary_table(results):
                              r['fastest_events_per_s'], r['ratio'], r['ratio_vs_recvlogical'] or 0,
                              r['decode_ceiling_ratio'] or 0, '' if r['all_ok'] else ' (a run FAILED)'))
         elif r['mode'] == 'live':
+            d = r.get('direct')
             lines.append('| live | %d tx/s target (%s tx/s done), read_coalesce %s | p50 %.2f ms, p99 %.2f ms, '
-                         'max %.2f ms over %d events; server CPU %s%% |' % (
+                         'max %.2f ms over %d events; server CPU %s%%%s |' % (
                              r['target_tx_per_s'], r['pgbench_tps'] and round(r['pgbench_tps']),
                              r['read_coalesce'], r['p50_ms'], r['p99_ms'], r['max_ms'], r['events'],
-                             r['server_cpu_pct']))
+                             r['server_cpu_pct'],
+                             '; a direct slot reader just before: p50 %.2f ms, p99 %.2f ms, '
+                             'max %.2f ms (walfeed p99 ÷ its: %.2f×)' % (
+                                 d['p50_ms'], d['p99_ms'], d['max_ms'], r['p99_over_direct'])
+                             if d else ''))
         elif r['mode'] == 'fanout':
             lines.append('| fan-out from the %s | %d subscribers × %d events | %s ev/s aggregate (%.1f× one), '
                          '%.2f µs server CPU per delivered event, peak RSS %.0f MB, walsender %.2f s CPU%s |' % (
@@ -632,11 +690,20 @@ def main():
     ap.add_argument('--keep', action='store_true',
                     help='keep the temporary directory (logs) at the end (a failed run keeps it anyway)')
     ap.add_argument('--chunk-rows', type=int, help='backfill: rows per chunk (default: the server\'s)')
+    ap.add_argument('--rates', help='live: only the default read window, at these transaction rates '
+                                    '(each with its direct-reader baseline), e.g. 2000,10000')
     a = ap.parse_args()
-    global BACKFILL_CHUNK_ROWS
+    global BACKFILL_CHUNK_ROWS, LIVE_RATES
     BACKFILL_CHUNK_ROWS = a.chunk_rows
+    if a.rates:
+        try:
+            LIVE_RATES = [int(r) for r in a.rates.split(',')]
+        except ValueError:
+            sys.exit('walfeed_bench.py: --rates takes whole transactions per second, e.g. 1000,10000')
+        if any(r <= 0 for r in LIVE_RATES):
+            sys.exit('walfeed_bench.py: --rates must be positive')
     signal.signal(signal.SIGTERM, interrupted)
-    for binary in (SERVER, CLI, LIVE, FANOUT, DRAIN):
+    for binary in (SERVER, CLI, LIVE, DIRECT_LIVE, FANOUT, DRAIN):
         if not os.access(binary, os.X_OK):
             sys.exit('walfeed_bench.py: %s not found: build it first (cmake --build build -j2)' % binary)
     if a.mode == 'catchup' and not a.harness:

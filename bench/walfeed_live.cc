@@ -16,7 +16,6 @@
 //                [--timeout-s 60]
 #include <grpcpp/grpcpp.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +24,7 @@
 #include <vector>
 
 #include "bench_client.h"
+#include "latency_summary.h"
 #include "walfeed/v1/change_stream.grpc.pb.h"
 #include "walfeed/v1/change_stream.pb.h"
 
@@ -71,19 +71,6 @@ Flags ParseFlags(int argc, char** argv) {
   return flags;
 }
 
-int64_t NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// The q-quantile (0..1) of sorted samples, in milliseconds.
-double Quantile(const std::vector<int64_t>& sorted, double q) {
-  if (sorted.empty()) return -1;
-  const size_t at = std::min(sorted.size() - 1, static_cast<size_t>(q * sorted.size()));
-  return static_cast<double>(sorted[at]) / 1000.0;
-}
-
 int Run(const Flags& flags) {
   const Clock::time_point give_up = Clock::now() + std::chrono::seconds(flags.timeout_s);
   std::unique_ptr<v1::ChangeStream::Stub> stub =
@@ -120,7 +107,7 @@ int Run(const Flags& flags) {
     }
     const Clock::time_point now = Clock::now();
     if (frame.has_events()) {
-      const int64_t now_us = NowMicros();
+      const int64_t now_us = walfeed::bench::WallMicros();
       if (first == Clock::time_point{}) {
         first = now;
         measure_from = first + std::chrono::seconds(flags.warmup_s);
@@ -154,20 +141,10 @@ int Run(const Flags& flags) {
   }
   reader->Finish();
 
-  std::sort(latencies_us.begin(), latencies_us.end());
-  const double seconds = flags.duration_s;
-  std::printf(
-      "{\"events\": %zu, \"transactions\": %llu, \"events_per_s\": %.0f, "
-      "\"transactions_per_s\": %.0f, \"p50_ms\": %.3f, \"p90_ms\": %.3f, \"p99_ms\": %.3f, "
-      "\"p999_ms\": %.3f, \"max_ms\": %.3f, \"min_ms\": %.3f, \"acks\": %d, "
-      "\"ack_failures\": %d, \"stop_reason\": \"%s\"}\n",
-      latencies_us.size(), static_cast<unsigned long long>(transactions),
-      static_cast<double>(latencies_us.size()) / seconds,
-      static_cast<double>(transactions) / seconds, Quantile(latencies_us, 0.50),
-      Quantile(latencies_us, 0.90), Quantile(latencies_us, 0.99), Quantile(latencies_us, 0.999),
-      latencies_us.empty() ? -1.0 : static_cast<double>(latencies_us.back()) / 1000.0,
-      latencies_us.empty() ? -1.0 : static_cast<double>(latencies_us.front()) / 1000.0,
-      acker.sent(), acker.failed(), stop_reason.c_str());
+  const std::string latency = walfeed::bench::LatencyFields(
+      latencies_us, transactions, static_cast<double>(flags.duration_s));
+  std::printf("{%s, \"acks\": %d, \"ack_failures\": %d, \"stop_reason\": \"%s\"}\n",
+              latency.c_str(), acker.sent(), acker.failed(), stop_reason.c_str());
   std::fflush(stdout);
   return stop_reason == "duration" && acker.failed() == 0 ? 0 : 1;
 }
