@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "replication/copy_data.h"
 #include "replication/pg/replication_connection.h"
 #include "replication/pgoutput.h"
@@ -185,6 +187,15 @@ void StreamReader::AdaptTcpWindow(absl::Duration lag) {
   }
 }
 
+bool StreamReader::Busy(absl::Time now, int frames) {
+  // Never negative: a wall clock stepped back must not grow the count.
+  const absl::Duration elapsed = std::max(now - load_at_, absl::ZeroDuration());
+  const double decay = std::exp(-absl::FDivDuration(elapsed, kLoadDecay));
+  load_ = load_ * decay + frames;
+  load_at_ = now;
+  return load_ >= kBusyFramesPerSecond * absl::ToDoubleSeconds(kLoadDecay);
+}
+
 absl::Status StreamReader::RunSession(Lsn start) {
   last_session_streamed_ = false;
   WALFEED_ASSIGN_OR_RETURN(std::unique_ptr<ReplicationConnection> conn, opener_->Open(start));
@@ -206,14 +217,18 @@ absl::Status StreamReader::RunSession(Lsn start) {
   const bool adapt_unix_window = !options_.read_coalesce && conn->unix_socket();
   const bool adapt_tcp_window = !options_.read_coalesce && !conn->unix_socket();
   bool after_window = false;  // This turn's read followed a read window.
+  load_ = 0;
+  load_at_ = clock_->Now();
+  const std::string busy = absl::StrFormat(" while %.0f frames/s or more arrive",
+                                           kBusyFramesPerSecond);
   Logger()->info("stream {}: streaming slot {} from {} (status every {}, read window {}{})",
                  options_.stream_name, options_.slot_name, start.ToString(),
                  absl::FormatDuration(interval), absl::FormatDuration(read_window_),
                  options_.read_coalesce ? ""
-                 : conn->unix_socket()  ? " or less while a backlog is read: Unix socket"
-                                        : absl::StrCat(" or ",
-                                                       absl::FormatDuration(kTcpBacklogReadWindow),
-                                                       " while a backlog is read: TCP"));
+                 : conn->unix_socket()
+                     ? absl::StrCat(busy, ", less while a backlog is read: Unix socket")
+                     : absl::StrCat(busy, ", ", absl::FormatDuration(kTcpBacklogReadWindow),
+                                    " while a backlog is read: TCP"));
   sink_->OnConnected(start);
 
   absl::Time next_status = clock_->Now();
@@ -358,8 +373,16 @@ absl::Status StreamReader::RunSession(Lsn start) {
     // frames in libpq's buffer, which poll() cannot see: no waiting then.
     if (adapt_unix_window && after_window) AdaptUnixWindow(frames, turn_bytes);
     if (adapt_tcp_window && turn_begin_lag_) AdaptTcpWindow(*turn_begin_lag_);
-    const bool coalesce =
-        frames > 0 && caught_up && room && !reply_now && read_window_ > absl::ZeroDuration();
+    // Unset, the window is waited only while busy, or while a backlog is read
+    // over TCP (see kBusyFramesPerSecond); set, always.
+    const bool busy = Busy(now, frames);
+    // A quiet stream's next busy spell starts from the whole window, as the
+    // first window of a session does; it shortens again within a few turns.
+    if (adapt_unix_window && !busy) read_window_ = kUnixReadWindow;
+    const bool window_applies = options_.read_coalesce || busy ||
+                                (adapt_tcp_window && read_window_ == kTcpBacklogReadWindow);
+    const bool coalesce = frames > 0 && caught_up && room && !reply_now && window_applies &&
+                          read_window_ > absl::ZeroDuration();
     after_window = coalesce;
     const bool more_buffered = room && frames >= kMaxDrainFrames;
     absl::Time deadline = more_buffered ? now

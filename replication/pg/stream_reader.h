@@ -125,6 +125,17 @@ inline constexpr absl::Duration kCaughtUpLag = absl::Milliseconds(250);
 // (p99 0.7 s) as it does over TCP.
 inline constexpr absl::Duration kUnixReadWindow = absl::Milliseconds(1);
 inline constexpr absl::Duration kUnixMinReadWindow = absl::Microseconds(100);
+// Unset, the window (kTcpReadWindow, or the Unix one) is waited only while the
+// stream is busy: frames read at kBusyFramesPerSecond or more, counted with a
+// decay of time constant kLoadDecay (StreamReader::Busy). While changes
+// trickle in, the socket is read again as soon as it has data, so a quiet
+// stream's latency is the walsender's, not the window's: at 1,000 single-row
+// transactions/s (3,000 frames/s) a 1 ms window after every read was most of
+// the latency. At 10,000 (30,000 frames/s) a reader that never waits wakes
+// for every message and falls behind (p99 0.5-0.7 s; docs/performance.md). A
+// backlog read over TCP keeps kTcpBacklogReadWindow whatever the rate.
+inline constexpr double kBusyFramesPerSecond = 8000;
+inline constexpr absl::Duration kLoadDecay = absl::Milliseconds(2);
 
 struct ReaderOptions {
   std::string stream_name;  // For logs.
@@ -156,10 +167,12 @@ struct ReaderOptions {
   // After a read that emptied the socket, or brought less than kSmallRead,
   // wait this long (or for Stop/Wake) before reading it again, so that the
   // next read finds more. Unset: kTcpReadWindow over TCP, kUnixReadWindow
-  // adapted over a Unix-domain socket; set: that, over either. The cost is at
-  // most this much added latency for changes that arrive during the window;
-  // the first change after a quiet period is read at once. Zero reads as soon
-  // as anything arrives.
+  // adapted over a Unix-domain socket, either waited only while the stream is
+  // busy (kBusyFramesPerSecond), and kTcpBacklogReadWindow while a backlog is
+  // read over TCP; set: that, after every such read, over either. The cost is
+  // at most this much added latency for changes that arrive during the
+  // window; the first change after a quiet period is read at once. Zero
+  // reads as soon as anything arrives.
   std::optional<absl::Duration> read_coalesce;
   // A replication connection the start-up kept open (PreparedStream::walsender):
   // the first session starts on it instead of connecting.
@@ -237,6 +250,9 @@ class StreamReader {
   // `lag` after its commit, kTcpBacklogReadWindow or kTcpReadWindow (see
   // kTcpBacklogReadWindow).
   void AdaptTcpWindow(absl::Duration lag);
+  // Adds a turn's `frames`, read at `now`, to the decaying count (load_), and
+  // says whether the stream is busy (see kBusyFramesPerSecond).
+  bool Busy(absl::Time now, int frames);
   // How long a stopping reader waits for its last store before the final update.
   static constexpr absl::Duration kFinalStoreWait = absl::Seconds(2);
 
@@ -262,6 +278,10 @@ class StreamReader {
   // How long after its commit the walsender sent the last Begin of this turn
   // (PostgreSQL's clock on both sides); unset: the turn began none.
   std::optional<absl::Duration> turn_begin_lag_;
+  // Frames read, each decaying with kLoadDecay since it was read: about the
+  // frame rate times kLoadDecay. As of load_at_.
+  double load_ = 0;
+  absl::Time load_at_ = absl::InfinitePast();
   bool last_status_replied_ = false;  // It answered a reply request.
   // A reply request sooner than this after our last status update is not a
   // timeout ping (those come wal_sender_timeout / 2 after it; margin halves it).

@@ -548,35 +548,63 @@ TEST_F(StreamReaderUnitTest, WithoutAReadWindowTricklingMessagesAreReadInOneTurn
   for (absl::Time t : sink_.times()) EXPECT_EQ(t, start + absl::Seconds(1));
 }
 
-// Unset, the window follows the transport: kTcpReadWindow over TCP; over a
-// Unix-domain socket kUnixReadWindow, shortened while the turns after it bring
-// much (there the walsender blocks once its small send buffer is full, so a
-// long window caps the rate).
-TEST_F(StreamReaderUnitTest, UnsetTheReadWindowIsOneMillisecondOverTcp) {
-  options_.read_coalesce.reset();
-  size_t trickled = 0;
-  const Script script = FirstTransactionTrickling(&trickled);
-  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }),
-              IsOk());
-  EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(trickled)));
-  EXPECT_THAT(log_->input_pauses(), Each(kTcpReadWindow));
+// Keepalives arriving `gap` apart, `count` of them: a busy stream's frames.
+Script& Keepalives(Script& script, int count, absl::Duration gap) {
+  for (int i = 0; i < count; ++i) {
+    script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, false), gap);
+  }
+  return script;
 }
 
-TEST_F(StreamReaderUnitTest, UnsetTricklingMessagesGetTheWholeWindowOverAUnixSocket) {
-  options_.read_coalesce.reset();
-  size_t trickled = 0;
-  Script script = FirstTransactionTrickling(&trickled);
-  script.UnixSocket();
-  ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }),
-              IsOk());
-  EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(trickled)));
-  EXPECT_THAT(log_->input_pauses(), Each(kUnixReadWindow));
+// Unset, the window follows the transport (kTcpReadWindow over TCP,
+// kUnixReadWindow over a Unix-domain socket) and is waited only while the
+// stream is busy: 20,000 frames/s get it after each read, and a transaction
+// trickling in after a quiet second is read as it comes, every event handed
+// over the moment its frame arrived.
+class StreamReaderBusyTest : public StreamReaderUnitTest {
+ protected:
+  void ExpectTheWindowOnlyWhileBusy(bool unix_socket) {
+    options_.read_coalesce.reset();
+    const absl::Time start = clock_.Now();
+    constexpr int kBusyFrames = 400;
+    constexpr absl::Duration kGap = absl::Microseconds(50);  // 20,000 frames/s.
+    ASSERT_GT(absl::Seconds(1) / kGap, kBusyFramesPerSecond);
+    Script script;
+    if (unix_socket) script.UnixSocket();
+    Keepalives(script, kBusyFrames, kGap);
+    size_t trickled = 0;
+    const Script quiet = FirstTransactionTrickling(&trickled);
+    for (const Script::Step& step : quiet.steps()) {
+      if (step.trickles) {
+        script.Trickle({step.frame});
+      } else {
+        script.Frame(step.frame, step.after);
+      }
+    }
+    ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }),
+                IsOk());
+    const std::vector<absl::Duration> pauses = log_->input_pauses();
+    EXPECT_THAT(pauses, SizeIs(Ge(5u))) << "busy: a window after each read";
+    EXPECT_THAT(pauses, Each(unix_socket ? kUnixReadWindow : kTcpReadWindow));
+    ASSERT_FALSE(sink_.times().empty());
+    EXPECT_THAT(sink_.times(), Each(start + kGap * kBusyFrames + absl::Seconds(1)))
+        << "quiet: read as it comes";
+  }
+};
+
+TEST_F(StreamReaderBusyTest, UnsetTheWindowIsWaitedOnlyWhileBusyOverTcp) {
+  ExpectTheWindowOnlyWhileBusy(/*unix_socket=*/false);
+}
+
+TEST_F(StreamReaderBusyTest, UnsetTheWindowIsWaitedOnlyWhileBusyOverAUnixSocket) {
+  ExpectTheWindowOnlyWhileBusy(/*unix_socket=*/true);
 }
 
 // A backlog as a walsender sends it over a Unix socket (bursts of 150 small
 // messages, each burst what a blocked walsender sends when it is read), then,
-// once it is read, single messages 5 ms apart. The last one asks for a reply:
-// the update that answers it comes `*length` after the script's start.
+// once it is read, single messages 5 ms apart, then a quiet 50 ms and one more
+// burst. A last message 5 ms later asks for a reply: the update that answers
+// it comes `*length` after the script's start.
 Script BurstsThenTrickle(absl::Duration* length) {
   Script script;
   script.UnixSocket();
@@ -589,11 +617,18 @@ Script BurstsThenTrickle(absl::Duration* length) {
       if (burst > 0 && i == 0) *length += after;
     }
   }
-  for (int i = 0; i < 11; ++i) {
-    script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, /*reply_requested=*/i == 10),
-                 absl::Milliseconds(5));
+  for (int i = 0; i < 10; ++i) {
+    script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, false), absl::Milliseconds(5));
     *length += absl::Milliseconds(5);
   }
+  for (int i = 0; i < 150; ++i) {
+    script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, false),
+                 i == 0 ? absl::Milliseconds(50) : absl::ZeroDuration());
+  }
+  *length += absl::Milliseconds(50);
+  script.Frame(walfeed::testing::EncodeKeepalive(Lsn(0x1000), 0, /*reply_requested=*/true),
+               absl::Milliseconds(5));
+  *length += absl::Milliseconds(5);
   return script;
 }
 
@@ -617,7 +652,8 @@ TEST_F(StreamReaderBacklogTest, UnsetTheWindowShortensOverAUnixSocketAndGrowsBac
   EXPECT_LT(*std::min_element(pauses.begin(), pauses.end()), kUnixReadWindow / 2)
       << "the turns after it brought half the walsender's send buffer";
   EXPECT_THAT(pauses, Each(Ge(kUnixMinReadWindow)));
-  EXPECT_EQ(pauses.back(), kUnixReadWindow) << "trickling messages: back to the whole window";
+  EXPECT_EQ(pauses.back(), kUnixReadWindow)
+      << "after a quiet spell a burst gets the whole window again";
 }
 
 // Set, the window holds over a Unix socket too: neither shortened nor grown.
@@ -662,14 +698,14 @@ TEST_F(StreamReaderUnitTest, UnsetTheTcpWindowLengthensWhileABacklogIsRead) {
   ASSERT_THAT(Run({TransactionsSentAfterTheirCommit(lags)},
                   [&](const SentUpdate&) { return sink_.commits().size() >= lags.size(); }),
               IsOk());
-  const std::vector<absl::Duration> pauses = log_->input_pauses();
-  ASSERT_GE(pauses.size(), 2 * lags.size());
+  // Two frames per transaction, each read alone; the Begin's read decides. A
+  // backlog gets a window after each read whatever the rate; the live window
+  // is waited only while busy, which 50 frames/s are not.
   const absl::Duration backlog = kTcpBacklogReadWindow;
-  const absl::Duration live = kTcpReadWindow;
-  // Two frames per transaction, a window after each read; the Begin's read decides.
-  EXPECT_THAT(std::vector<absl::Duration>(pauses.begin(), pauses.begin() + 2 * lags.size()),
-              ElementsAreArray({backlog, backlog, backlog, backlog, live, live, live, live, backlog,
-                                backlog, live, live}));
+  EXPECT_THAT(log_->input_pauses(),
+              ElementsAreArray({backlog, backlog, backlog, backlog, backlog, backlog}))
+      << "the 5 s and the in-between lag, then the 1 s one: the in-between lag after a "
+         "prompt one kept the live window";
 }
 
 // Set, it holds whatever the lag.
