@@ -2,9 +2,9 @@
 // straight from PostgreSQL (libpq, pgoutput, as pg_recvlogical or a psycopg2
 // client would) and measures, for every INSERT/UPDATE/DELETE message, its
 // arrival time minus its transaction's commit timestamp (from the Begin
-// message). walfeed_bench.py runs it beside walfeed_live, on a second slot of
-// the same publication through the same writes, so the two latencies of one
-// run differ by what walfeed adds and nothing else the machine did.
+// message). walfeed_bench.py runs it alone, on a slot of the same
+// publication and through the same writers, just before walfeed_live's case:
+// the lowest latency a direct reader got on the machine in those seconds.
 //
 // It reads every message as soon as the socket has it (poll, no read window):
 // the lowest latency a direct reader gets. It confirms each commit's end
@@ -106,8 +106,11 @@ bool SendStatus(PGconn* conn, uint64_t lsn) {
 }
 
 int Run(const Flags& flags) {
+  // The conninfo as given (key=value or a URI), plus replication=database.
+  const char* const keywords[] = {"dbname", "replication", nullptr};
+  const char* const values[] = {flags.conninfo.c_str(), "database", nullptr};
   std::unique_ptr<PGconn, PgConnDeleter> conn(
-      PQconnectdb((flags.conninfo + " replication=database").c_str()));
+      PQconnectdbParams(keywords, values, /*expand_dbname=*/1));
   if (PQstatus(conn.get()) != CONNECTION_OK) return Fail("connect", conn.get());
   const std::string start = "START_REPLICATION SLOT \"" + flags.slot +
                             "\" LOGICAL 0/0 (proto_version '1', publication_names '\"" +

@@ -100,9 +100,9 @@ struct StreamDefaults : SessionLimits, RetentionOptions {
   uint64_t buffer_bytes = uint64_t{64} << 20;
   // How long each stream's reader lets data accumulate after a read that brought
   // some (ReaderOptions::read_coalesce); 0 reads as soon as anything arrives.
-  // Unset: 1 ms over TCP, 8 ms while a backlog is read; over a Unix-domain
-  // socket up to 1 ms, shortened while a backlog is read; 1 ms is waited only
-  // while 8,000 frames/s or more arrive (ReaderOptions::read_coalesce).
+  // Unset: 1 ms, waited only while 8,000 frames/s or more arrive (over a
+  // Unix-domain socket shortened while a backlog is read), and over TCP 8 ms
+  // at any rate while a backlog is read (ReaderOptions::read_coalesce).
   std::optional<absl::Duration> read_coalesce;
 };
 

@@ -177,23 +177,30 @@ void StreamReader::AdaptTcpWindow(absl::Duration lag) {
   if (window == read_window_) return;
   read_window_ = window;
   const std::string sent = absl::FormatDuration(absl::Trunc(lag, absl::Milliseconds(1)));
+  // A backlog of a second or more is logged at info, with its end; a live
+  // stream's brief falls behind, which may come every few seconds under
+  // load, at debug.
   if (window == kTcpBacklogReadWindow) {
-    Logger()->info("stream {}: reading a backlog (PostgreSQL sent a transaction {} after its "
-                   "commit): read window {} until caught up",
-                   options_.stream_name, sent, absl::FormatDuration(window));
+    backlog_logged_ = lag >= kLoggedBacklogLag;
+    Logger()->log(backlog_logged_ ? spdlog::level::info : spdlog::level::debug,
+                  "stream {}: reading a backlog (PostgreSQL sent a transaction {} after its "
+                  "commit): read window {} until caught up",
+                  options_.stream_name, sent, absl::FormatDuration(window));
   } else {
-    Logger()->info("stream {}: caught up (a transaction sent {} after its commit): read window {}",
-                   options_.stream_name, sent, absl::FormatDuration(window));
+    Logger()->log(backlog_logged_ ? spdlog::level::info : spdlog::level::debug,
+                  "stream {}: caught up (a transaction sent {} after its commit): read window {}",
+                  options_.stream_name, sent, absl::FormatDuration(window));
+    backlog_logged_ = false;
   }
 }
 
-bool StreamReader::Busy(absl::Time now, int frames) {
+double StreamReader::AddToLoad(absl::Time now, int frames) {
   // Never negative: a wall clock stepped back must not grow the count.
   const absl::Duration elapsed = std::max(now - load_at_, absl::ZeroDuration());
-  const double decay = std::exp(-absl::FDivDuration(elapsed, kLoadDecay));
-  load_ = load_ * decay + frames;
+  const double before = load_ * std::exp(-absl::FDivDuration(elapsed, kLoadDecay));
+  load_ = before + frames;
   load_at_ = now;
-  return load_ >= kBusyFramesPerSecond * absl::ToDoubleSeconds(kLoadDecay);
+  return before;
 }
 
 absl::Status StreamReader::RunSession(Lsn start) {
@@ -219,15 +226,16 @@ absl::Status StreamReader::RunSession(Lsn start) {
   bool after_window = false;  // This turn's read followed a read window.
   load_ = 0;
   load_at_ = clock_->Now();
-  const std::string busy = absl::StrFormat(" while %.0f frames/s or more arrive",
-                                           kBusyFramesPerSecond);
+  backlog_logged_ = false;
+  const std::string rate_note = absl::StrFormat(" while %.0f frames/s or more arrive",
+                                                kBusyFramesPerSecond);
   Logger()->info("stream {}: streaming slot {} from {} (status every {}, read window {}{})",
                  options_.stream_name, options_.slot_name, start.ToString(),
                  absl::FormatDuration(interval), absl::FormatDuration(read_window_),
                  options_.read_coalesce ? ""
                  : conn->unix_socket()
-                     ? absl::StrCat(busy, ", less while a backlog is read: Unix socket")
-                     : absl::StrCat(busy, ", ", absl::FormatDuration(kTcpBacklogReadWindow),
+                     ? absl::StrCat(rate_note, ", less while a backlog is read: Unix socket")
+                     : absl::StrCat(rate_note, ", ", absl::FormatDuration(kTcpBacklogReadWindow),
                                     " while a backlog is read: TCP"));
   sink_->OnConnected(start);
 
@@ -373,13 +381,14 @@ absl::Status StreamReader::RunSession(Lsn start) {
     // frames in libpq's buffer, which poll() cannot see: no waiting then.
     if (adapt_unix_window && after_window) AdaptUnixWindow(frames, turn_bytes);
     if (adapt_tcp_window && turn_begin_lag_) AdaptTcpWindow(*turn_begin_lag_);
-    // Unset, the window is waited only while busy, or while a backlog is read
-    // over TCP (see kBusyFramesPerSecond); set, always.
-    const bool busy = Busy(now, frames);
+    // Unset, the window is waited only at a high frame rate, or while a
+    // backlog is read over TCP (see kBusyFramesPerSecond); set, always.
+    const double load_before = AddToLoad(now, frames);
+    const bool high_rate = HighRate();
     // A quiet stream's next busy spell starts from the whole window, as the
     // first window of a session does; it shortens again within a few turns.
-    if (adapt_unix_window && !busy) read_window_ = kUnixReadWindow;
-    const bool window_applies = options_.read_coalesce || busy ||
+    if (adapt_unix_window && load_before < kQuietLoad) read_window_ = kUnixReadWindow;
+    const bool window_applies = options_.read_coalesce || high_rate ||
                                 (adapt_tcp_window && read_window_ == kTcpBacklogReadWindow);
     const bool coalesce = frames > 0 && caught_up && room && !reply_now && window_applies &&
                           read_window_ > absl::ZeroDuration();

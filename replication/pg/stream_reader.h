@@ -109,9 +109,18 @@ inline constexpr absl::Duration kTcpReadWindow = absl::Milliseconds(1);
 // did not move; docs/performance.md). Back to kTcpReadWindow once a turn's last Begin
 // was sent within kCaughtUpLag of its commit; in between the window stays as
 // it is, so a lag near the threshold does not flip it every turn.
+// The same holds for a live stream that falls behind: a walsender that sends
+// transactions 20 ms after their commit is short of CPU, and at 1 ms it
+// spends more per message than the writers leave it, so with 10,000 tx/s on
+// two cores a stall of a few milliseconds grew into a backlog of up to two
+// seconds before the window changed (p99 0.6-1.9 s in 5 of 10 runs). With the
+// 8 ms window from a lag of 20 ms, 6 alternating runs had p99 6-69 ms and
+// never more than 139 ms (docs/performance.md).
 inline constexpr absl::Duration kTcpBacklogReadWindow = absl::Milliseconds(8);
-inline constexpr absl::Duration kBacklogLag = absl::Seconds(1);
-inline constexpr absl::Duration kCaughtUpLag = absl::Milliseconds(250);
+inline constexpr absl::Duration kBacklogLag = absl::Milliseconds(20);
+inline constexpr absl::Duration kCaughtUpLag = absl::Milliseconds(5);
+// A fall behind logged at info (with its end); shorter ones at debug.
+inline constexpr absl::Duration kLoggedBacklogLag = absl::Seconds(1);
 // The read window over a Unix-domain socket unless configured: at most
 // kUnixReadWindow, halved down to kUnixMinReadWindow while the turns after a
 // window bring half of what the walsender's send buffer holds, and doubled
@@ -127,13 +136,23 @@ inline constexpr absl::Duration kUnixReadWindow = absl::Milliseconds(1);
 inline constexpr absl::Duration kUnixMinReadWindow = absl::Microseconds(100);
 // Unset, the window (kTcpReadWindow, or the Unix one) is waited only while the
 // stream is busy: frames read at kBusyFramesPerSecond or more, counted with a
-// decay of time constant kLoadDecay (StreamReader::Busy). While changes
+// decay of time constant kLoadDecay (StreamReader::AddToLoad; a steady stream
+// that is being windowed stays busy down to about 6,300 frames/s, and one
+// that is not turns busy near 7,800: some hysteresis). While changes
 // trickle in, the socket is read again as soon as it has data, so a quiet
 // stream's latency is the walsender's, not the window's: at 1,000 single-row
 // transactions/s (3,000 frames/s) a 1 ms window after every read was most of
 // the latency. At 10,000 (30,000 frames/s) a reader that never waits wakes
 // for every message and falls behind (p99 0.5-0.7 s; docs/performance.md). A
-// backlog read over TCP keeps kTcpBacklogReadWindow whatever the rate.
+// backlog read over TCP keeps kTcpBacklogReadWindow whatever the rate; over a
+// Unix socket a backlog comes at far more than this (a blocked walsender's
+// send buffer is hundreds of frames), except one of very wide rows, which
+// gains little from a window.
+// A turn that finds the count below kQuietLoad (about one frame in the last
+// few milliseconds) ends a quiet spell: the Unix window goes back to its whole
+// length for the next busy one. A stall of a few milliseconds in a backlog is
+// not quiet: the count stays far above it.
+inline constexpr double kQuietLoad = 1;
 inline constexpr double kBusyFramesPerSecond = 8000;
 inline constexpr absl::Duration kLoadDecay = absl::Milliseconds(2);
 
@@ -250,9 +269,13 @@ class StreamReader {
   // `lag` after its commit, kTcpBacklogReadWindow or kTcpReadWindow (see
   // kTcpBacklogReadWindow).
   void AdaptTcpWindow(absl::Duration lag);
-  // Adds a turn's `frames`, read at `now`, to the decaying count (load_), and
-  // says whether the stream is busy (see kBusyFramesPerSecond).
-  bool Busy(absl::Time now, int frames);
+  // Decays the count of frames read (load_) to `now` and adds a turn's
+  // `frames` to it; returns the count as it was before they were added.
+  double AddToLoad(absl::Time now, int frames);
+  // Frames come at kBusyFramesPerSecond or more.
+  bool HighRate() const {
+    return load_ >= kBusyFramesPerSecond * absl::ToDoubleSeconds(kLoadDecay);
+  }
   // How long a stopping reader waits for its last store before the final update.
   static constexpr absl::Duration kFinalStoreWait = absl::Seconds(2);
 
@@ -278,6 +301,8 @@ class StreamReader {
   // How long after its commit the walsender sent the last Begin of this turn
   // (PostgreSQL's clock on both sides); unset: the turn began none.
   std::optional<absl::Duration> turn_begin_lag_;
+  // The current backlog window's start was logged at info (kLoggedBacklogLag).
+  bool backlog_logged_ = false;
   // Frames read, each decaying with kLoadDecay since it was read: about the
   // frame rate times kLoadDecay. As of load_at_.
   double load_ = 0;
