@@ -143,7 +143,7 @@ inline constexpr absl::Duration kUnixMinReadWindow = absl::Microseconds(100);
 // stream's latency is the walsender's, not the window's: at 1,000 single-row
 // transactions/s (3,000 frames/s) a 1 ms window after every read was most of
 // the latency. At 10,000 (30,000 frames/s) a reader that never waits wakes
-// for every message and falls behind (p99 0.5-0.7 s; docs/performance.md). A
+// for every message and falls behind (p99 0.5-1.7 s; docs/performance.md). A
 // backlog read over TCP keeps kTcpBacklogReadWindow whatever the rate; over a
 // Unix socket a backlog comes at far more than this (a blocked walsender's
 // send buffer is hundreds of frames), except one of very wide rows, which
