@@ -3,6 +3,7 @@
 #ifndef WALFEED_REPLICATION_PG_CHECKPOINT_STORE_H_
 #define WALFEED_REPLICATION_PG_CHECKPOINT_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -70,6 +71,12 @@ class PgCheckpointStore : public CheckpointStore {
   absl::Status BindSlot(absl::string_view stream, absl::string_view slot_name,
                         const SlotIdentity& identity, Lsn confirmed_lsn) override;
 
+  // Whether the backfill tables (replication/pg/backfill_records.cc, in the same
+  // schema) existed at the last Load(): true until a Load() says otherwise.
+  // Read from any thread. Without them there is no backfill to resume, and the
+  // stream's backfill runner need not open a connection to find that out.
+  bool backfill_tables() const { return backfill_tables_.load(); }
+
   // Connections made so far (1 after Open); for tests and metrics.
   uint64_t connects() const { return connects_; }
 
@@ -90,6 +97,8 @@ class PgCheckpointStore : public CheckpointStore {
   const std::string remove_sql_;
   const std::string detach_sql_;
   const std::string bind_sql_;
+  const std::string backfill_table_;  // Quoted: to_regclass's argument.
+  std::atomic<bool> backfill_tables_{true};
   PgConnPtr conn_;  // Null after a transient error until the next call reconnects.
   uint64_t connects_ = 0;
 };

@@ -72,11 +72,13 @@ ChunkRows RowsOf(const PGresult* rows, const BackfillTable& table) {
 
 PgBackfillDatabase::PgBackfillDatabase(std::string source_conninfo, std::string store_conninfo,
                                        std::string schema,
-                                       std::shared_ptr<ExportedSnapshot> exported)
+                                       std::shared_ptr<ExportedSnapshot> exported,
+                                       std::shared_ptr<const std::atomic<bool>> tables_exist)
     : source_conninfo_(std::move(source_conninfo)),
       store_conninfo_(store_conninfo.empty() ? source_conninfo_ : std::move(store_conninfo)),
       schema_(QuoteIdentifier(schema)),
-      exported_(std::move(exported)) {}
+      exported_(std::move(exported)),
+      tables_exist_(std::move(tables_exist)) {}
 
 absl::StatusOr<PgResultPtr> PgBackfillDatabase::OnSource(
     const std::string& sql, const std::vector<std::optional<std::string>>& params) {

@@ -11,6 +11,7 @@
 #ifndef WALFEED_REPLICATION_PG_PG_BACKFILL_DATABASE_H_
 #define WALFEED_REPLICATION_PG_PG_BACKFILL_DATABASE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,8 +26,12 @@ class PgBackfillDatabase : public BackfillDatabase {
  public:
   // `store_conninfo` "" = the source database. `exported` (optional): the
   // slot's exported snapshot, when this process created the slot.
+  // `tables_exist` (optional): false when the stream's last start found no
+  // backfill tables (PgCheckpointStore::backfill_tables); Load() then returns
+  // nothing without connecting.
   PgBackfillDatabase(std::string source_conninfo, std::string store_conninfo,
-                     std::string schema, std::shared_ptr<ExportedSnapshot> exported = nullptr);
+                     std::string schema, std::shared_ptr<ExportedSnapshot> exported = nullptr,
+                     std::shared_ptr<const std::atomic<bool>> tables_exist = nullptr);
 
   absl::StatusOr<BackfillTable> Plan(const std::vector<std::string>& publications,
                                      const TableName& table, const std::string& where) override;
@@ -67,6 +72,7 @@ class PgBackfillDatabase : public BackfillDatabase {
   const std::string store_conninfo_;
   const std::string schema_;  // Quoted.
   const std::shared_ptr<ExportedSnapshot> exported_;
+  const std::shared_ptr<const std::atomic<bool>> tables_exist_;
   PgConnPtr source_;
   PgConnPtr store_;
 };

@@ -54,8 +54,13 @@ absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
                     config.initial_snapshot ? &steps : nullptr);
   if (!prepared.ok()) return prepared.status();
   prepared_ = *prepared;
-  // The table warnings were left out of the start-up's critical path
-  // (provisioning.h, TableChecks): looked for now, beside the stream's start.
+  // Before the stream's runners see this start (its generation): what the
+  // store's load just found, or true when the initial snapshot may have
+  // created the tables since.
+  backfill_tables_->store(store_->backfill_tables() || prepared->provisioned.created_slot);
+  // The table warnings, when the start-up's reads could not look for them on
+  // their connection (provisioning.h, TableChecks): looked for now, beside the
+  // stream's start.
   // Not again while an earlier Prepare's check still runs (replacing its
   // future would wait for it); its queries are bounded by timeouts.
   const bool checking = table_warnings_.valid() &&
@@ -66,9 +71,7 @@ absl::StatusOr<PreparedSource> PgStreamSource::Prepare() {
       table_warnings_ = std::async(std::launch::async, [config] {
         absl::StatusOr<std::vector<std::string>> warnings = PublishedTableWarnings(config);
         if (!warnings.ok()) {
-          spdlog::warn("stream {}: could not check the published tables (coverage of the "
-                       "configured tables, replica identities): {}",
-                       config.name, warnings.status().ToString());
+          spdlog::warn("stream {}: {}", config.name, TableChecksFailedWarning(warnings.status()));
           return;
         }
         for (const std::string& warning : *warnings) {
@@ -206,7 +209,8 @@ ReaderStats PgStreamSource::totals() const {
 std::unique_ptr<BackfillDatabase> PgStreamSource::NewBackfillDatabase() {
   return std::make_unique<PgBackfillDatabase>(options_.config.conninfo,
                                               options_.checkpoint_conninfo,
-                                              options_.checkpoint_schema, exported_);
+                                              options_.checkpoint_schema, exported_,
+                                              backfill_tables_);
 }
 
 absl::Status PgStreamSource::RecordInitialSnapshot(std::vector<InitialSnapshotTable>* tables) {

@@ -9,6 +9,7 @@
 #ifndef WALFEED_REPLICATION_PG_PG_STREAM_SOURCE_H_
 #define WALFEED_REPLICATION_PG_PG_STREAM_SOURCE_H_
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <optional>
@@ -54,6 +55,10 @@ class PgStreamSource final : public StreamSource {
   // The slot's exported snapshot while this process reads its initial
   // snapshot; shared with every backfill database.
   const std::shared_ptr<ExportedSnapshot> exported_ = std::make_shared<ExportedSnapshot>();
+  // Whether the last Prepare() found backfill tables to resume from; shared
+  // with every backfill database (PgBackfillDatabase's `tables_exist`).
+  const std::shared_ptr<std::atomic<bool>> backfill_tables_ =
+      std::make_shared<std::atomic<bool>>(true);
   bool noted_existing_slot_ = false;  // Prepare()'s thread.
   // Prepare()'s thread, then shared (the committer with Ack callers).
   std::unique_ptr<PgCheckpointStore> store_;

@@ -61,8 +61,10 @@ struct PreflightReport {
 // They decide nothing (every publication exists, so nothing is created) and on
 // a new backend they are the slowest part of the preflight (a cold catalog
 // cache: about 8 of its 13 ms on a local server), so a stream's start-up runs
-// them after streaming has begun (kDeferred). With a publication missing they
-// always run.
+// them apart (kDeferred): after the preflight on its walsender, beside the
+// lead and the checkpoint store (StartReads), or where that connection is not
+// kept, on one of their own after streaming has begun. With a publication
+// missing they always run.
 enum class TableChecks { kNow, kDeferred };
 
 // Validates `config`, connects with config.conninfo and checks the server.

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "replication/pg/pg_conn.h"
+#include "replication/pg/table_checks.h"
 #include "replication/status_macros.h"
 
 namespace walfeed::replication::pg {
@@ -24,6 +25,22 @@ absl::StatusOr<SlotCheck> ReadSlotCheck(const StreamConfig& config,
                                         absl::string_view checkpoint_schema) {
   WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kReplication));
   return ReadSlotCheck(conn.get(), config, checkpoint_schema);
+}
+
+// The table warnings the preflight deferred, looked for on its connection
+// after it: a connection of their own, once streaming, would cost a backend
+// start (tens of milliseconds of a loaded server's CPU, more than the checks),
+// while here they overlap the lead and the checkpoint store's opening. They
+// decide nothing, so a failure is one more warning, not a failed start.
+void AddTableWarnings(const SqlChannel& conn, const StreamConfig& config,
+                      PreflightReport* report) {
+  absl::StatusOr<std::vector<std::string>> warnings = PublishedTableWarnings(conn, config);
+  report->table_checks_deferred = false;
+  if (!warnings.ok()) {
+    report->warnings.push_back(TableChecksFailedWarning(warnings.status()));
+    return;
+  }
+  report->warnings.insert(report->warnings.end(), warnings->begin(), warnings->end());
 }
 
 }  // namespace
@@ -48,6 +65,11 @@ StartReads StartReads::Begin(const StreamConfig& config, std::string checkpoint_
     } else if (results.slot->slot) {
       // Kept, and the preflight runs on it: no connection of its own.
       results.inspection = InspectForProvision(config, TableChecks::kDeferred, (*conn)->pg());
+      if (results.inspection.ok() && results.inspection->report.table_checks_deferred &&
+          !abandoned->load()) {
+        AddTableWarnings(SqlChannel((*conn)->pg(), ConnectionKind::kReplication), config,
+                         &results.inspection->report);
+      }
       results.walsender = *std::move(conn);
     } else {
       conn->reset();  // Not kept: closed before the preflight counts the WAL senders.

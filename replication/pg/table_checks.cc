@@ -177,23 +177,49 @@ void AppendTableWarnings(const StreamConfig& config, const std::vector<std::stri
   }
 }
 
-absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const StreamConfig& config) {
+absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const SqlChannel& conn,
+                                                                const StreamConfig& config) {
   WALFEED_RETURN_IF_ERROR(config.Validate());
-  WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kSql));
-  // It runs beside a live stream, and a server shutdown waits for it: bounded
-  // (pg_partition_tree waits for the lock of a partitioned table being altered).
-  WALFEED_RETURN_IF_ERROR(Exec(conn.get(),
+  // Bounded: pg_partition_tree waits for the lock of a partitioned table being
+  // altered, and neither a stream's start nor a server shutdown should wait
+  // that long.
+  WALFEED_RETURN_IF_ERROR(Exec(conn,
                                "SELECT set_config('statement_timeout', '5s', false), "
                                "set_config('lock_timeout', '2s', false)")
                               .status());
-  std::vector<std::string> existing;
-  std::vector<std::string> missing;  // Dropped since the start-up's preflight.
-  WALFEED_RETURN_IF_ERROR(FindPublications(conn.get(), config, &existing, &missing));
-  PublishedTables published;
-  WALFEED_RETURN_IF_ERROR(ReadPublishedTables(conn.get(), existing, &published));
-  std::vector<std::string> warnings;
-  AppendTableWarnings(config, existing, missing.empty(), published, &warnings);
+  absl::StatusOr<std::vector<std::string>> warnings =
+      [&]() -> absl::StatusOr<std::vector<std::string>> {
+    std::vector<std::string> existing;
+    std::vector<std::string> missing;  // Dropped since the preflight.
+    WALFEED_RETURN_IF_ERROR(FindPublications(conn, config, &existing, &missing));
+    PublishedTables published;
+    WALFEED_RETURN_IF_ERROR(ReadPublishedTables(conn, existing, &published));
+    std::vector<std::string> found;
+    AppendTableWarnings(config, existing, missing.empty(), published, &found);
+    return found;
+  }();
+  // What RESET would restore: the session's defaults (the server's, the
+  // role's, the conninfo's options), whatever the checks did.
+  absl::Status restored = Exec(conn,
+                               "SELECT set_config(name, reset_val, false) FROM pg_settings "
+                               "WHERE name IN ('statement_timeout', 'lock_timeout')")
+                              .status();
+  if (!warnings.ok()) return warnings.status();
+  WALFEED_RETURN_IF_ERROR(restored);
   return warnings;
+}
+
+std::string TableChecksFailedWarning(const absl::Status& why) {
+  return absl::StrCat(
+      "could not check the published tables (coverage of the configured tables, replica "
+      "identities): ",
+      why.ToString());
+}
+
+absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const StreamConfig& config) {
+  WALFEED_RETURN_IF_ERROR(config.Validate());
+  WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kSql));
+  return PublishedTableWarnings(conn.get(), config);
 }
 
 }  // namespace walfeed::replication::pg

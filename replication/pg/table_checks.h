@@ -3,9 +3,11 @@
 // and which published (or to-be-published) leaf tables lack a usable replica
 // identity, so that their UPDATE and DELETE would fail on the primary.
 //
-// Provisioning runs them inside its preflight (provisioning.h); a stream's
-// start-up defers them when they decide nothing and runs
-// PublishedTableWarnings() beside the live stream instead (TableChecks).
+// Provisioning runs them inside its preflight (provisioning.h). A stream's
+// start-up defers them when they decide nothing (TableChecks) and runs
+// PublishedTableWarnings() on the preflight's walsender after the preflight
+// (StartReads, stream_start.cc); only where that connection is not kept (the
+// slot is to be created) on a connection of its own, beside the live stream.
 #ifndef WALFEED_REPLICATION_PG_TABLE_CHECKS_H_
 #define WALFEED_REPLICATION_PG_TABLE_CHECKS_H_
 
@@ -60,9 +62,16 @@ void AppendTableWarnings(const StreamConfig& config, const std::vector<std::stri
                          bool all_exist, const PublishedTables& published,
                          std::vector<std::string>* warnings);
 
-// The warnings a report with table_checks_deferred left out, on a connection
-// of their own (its queries time out after 5 s, lock waits after 2 s): what
-// Preflight() would have added to its warnings.
+// The warnings a report with table_checks_deferred left out: what Preflight()
+// would have added to its warnings. On `conn`, an open connection of either
+// kind (the stream's start-up walsender too): its queries time out after 5 s
+// and lock waits after 2 s, and the session's own timeouts are back when it
+// returns, so that the connection can go on to stream.
+absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const SqlChannel& conn,
+                                                                const StreamConfig& config);
+// The warning when they could not be looked for (`why`).
+std::string TableChecksFailedWarning(const absl::Status& why);
+// The same on a connection of its own.
 absl::StatusOr<std::vector<std::string>> PublishedTableWarnings(const StreamConfig& config);
 
 }  // namespace walfeed::replication::pg

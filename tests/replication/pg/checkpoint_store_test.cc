@@ -76,6 +76,20 @@ TEST_F(PgCheckpointStoreTest, LoadOfUnknownStreamIsEmpty) {
   EXPECT_THAT(checkpoint->consumers, IsEmpty());
 }
 
+// Load() also says whether the backfill tables exist in the schema: without
+// them the stream's backfill runner has nothing to resume and opens no
+// connection to find that out (PgStreamSource).
+TEST_F(PgCheckpointStoreTest, LoadSaysWhetherTheBackfillTablesExist) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ASSERT_THAT(store->Load("s"), IsOk());
+  EXPECT_FALSE(store->backfill_tables());
+  ASSERT_THAT(pg_->Exec("CREATE TABLE walfeed.backfill_chunks (backfill_id bigint)"), IsOk());
+  EXPECT_FALSE(store->backfill_tables()) << "as of the last Load()";
+  ASSERT_THAT(store->Load("s"), IsOk());
+  EXPECT_TRUE(store->backfill_tables());
+}
+
 TEST_F(PgCheckpointStoreTest, CommitThenLoadRoundTrips) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);

@@ -5,6 +5,7 @@
 #include "replication/pg/leader_lock.h"
 
 #include "absl/strings/str_cat.h"
+#include "replication/pg/pg_conn.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/chaos/tcp_proxy.h"
@@ -106,6 +107,51 @@ TEST_F(LeaderLockTest, AnInstanceEndsItsOwnStaleSessionAtOnce) {
   const absl::Time start = absl::Now();
   EXPECT_EQ(after->TryAcquire().value_or(false), true);
   EXPECT_LT(absl::Now() - start, LeaderLock::kServerTimeout / 2);
+}
+
+// A walsender still streaming the stream's slot for a walfeed session belongs
+// to a deposed leader: taking the lock ends it, so the new leader need not wait
+// for wal_sender_timeout. Another client streaming the slot is left alone.
+TEST_F(LeaderLockTest, TakingTheLockEndsADeposedLeadersWalsenderOnly) {
+  ASSERT_THAT(pg_->Exec("CREATE PUBLICATION p FOR ALL TABLES"), IsOk());
+  ASSERT_THAT(pg_->Exec("SELECT pg_create_logical_replication_slot('walfeed_orders', 'pgoutput')"),
+              IsOk());
+  auto slot_holder = [&]() {
+    return pg_->QueryValue("SELECT coalesce(active_pid::text, '') FROM pg_replication_slots "
+                           "WHERE slot_name = 'walfeed_orders'")
+        .value_or("?");
+  };
+  auto stream_as = [&](const std::string& application) -> PgConnPtr {
+    absl::StatusOr<PgConnPtr> conn = Connect(
+        absl::StrCat(pg_->ConnInfo(), " application_name='", application, "'"),
+        ConnectionKind::kReplication);
+    EXPECT_THAT(conn, IsOk());
+    if (!conn.ok()) return nullptr;
+    PgResultPtr started(PQexec(conn->get(),
+                               "START_REPLICATION SLOT walfeed_orders LOGICAL 0/0 "
+                               "(proto_version '1', publication_names 'p')"));
+    EXPECT_EQ(PQresultStatus(started.get()), PGRES_COPY_BOTH) << PQerrorMessage(conn->get());
+    return std::move(conn).value();
+  };
+
+  PgConnPtr foreign = stream_as("pg_recvlogical");
+  ASSERT_NE(foreign, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return !slot_holder().empty(); }, absl::Seconds(30)));
+  const std::string foreign_pid = slot_holder();
+  std::unique_ptr<LeaderLock> first = Lock("aaaa0001", "10.0.0.1:50051");
+  ASSERT_EQ(first->TryAcquire().value_or(false), true);
+  EXPECT_EQ(slot_holder(), foreign_pid) << "not walfeed's: left alone";
+  first->Release();
+  foreign.reset();
+  ASSERT_TRUE(WaitUntil([&] { return slot_holder().empty(); }, absl::Seconds(30)));
+
+  PgConnPtr deposed = stream_as("walfeed orders");
+  ASSERT_NE(deposed, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return !slot_holder().empty(); }, absl::Seconds(30)));
+  std::unique_ptr<LeaderLock> second = Lock("aaaa0002", "10.0.0.2:50051");
+  ASSERT_EQ(second->TryAcquire().value_or(false), true);
+  // pg_terminate_backend waited (up to 3 s) for it to be gone.
+  EXPECT_EQ(slot_holder(), "") << "the deposed leader's walsender still holds the slot";
 }
 
 }  // namespace

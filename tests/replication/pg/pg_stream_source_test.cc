@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,7 +27,9 @@ constexpr absl::Duration kDeadline = absl::Seconds(30);
 class PgStreamSourceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    WALFEED_START_PG_OR_SKIP(pg_, PgCluster::Options{});
+    PgCluster::Options options;
+    options.settings["log_connections"] = "on";
+    WALFEED_START_PG_OR_SKIP(pg_, options);
     // The slot exists before the first start: the start-up keeps the
     // connection it reads the slot over.
     ASSERT_THAT(pg_->Exec("CREATE TABLE t (id int PRIMARY KEY);"
@@ -54,8 +57,58 @@ class PgStreamSourceTest : public ::testing::Test {
         pg_->QueryValue("SELECT count(*) FROM pg_stat_replication").value_or("-1"));
   }
 
+  // Connections (of either kind) the server log records from byte `from` on.
+  int ConnectionsSince(size_t from) {
+    const std::string log = pg_->Log();
+    const std::string what = "connection authorized:";
+    int count = 0;
+    for (size_t at = log.find(what, from); at != std::string::npos;
+         at = log.find(what, at + what.size())) {
+      ++count;
+    }
+    return count;
+  }
+
   std::unique_ptr<PgCluster> pg_;
 };
+
+// A stream's start opens three connections, each a backend start (tens of
+// milliseconds of a loaded server's CPU): the lead's, the checkpoint store's and
+// the walsender it streams on. The table warnings are looked for on the
+// walsender before it streams, and with no backfill tables in the schema the
+// backfill runner's load opens none.
+TEST_F(PgStreamSourceTest, AStartOpensOnlyTheLeadTheStoreAndTheWalsender) {
+  ASSERT_THAT(pg_->Exec("CREATE TABLE nopk (a int); ALTER PUBLICATION pub ADD TABLE nopk"),
+              IsOk());
+  const size_t from = pg_->Log().size();
+  {
+    PgStreamSource source(Options());
+    absl::StatusOr<bool> leads = source.TryLead();
+    ASSERT_THAT(leads, IsOk());
+    ASSERT_TRUE(*leads);
+    absl::StatusOr<PreparedSource> prepared = source.Prepare();
+    ASSERT_THAT(prepared, IsOk());
+    EXPECT_THAT(prepared->warnings,
+                ::testing::Contains(::testing::HasSubstr("table \"public\".\"nopk\"")))
+        << "the table checks ran before the stream started";
+    absl::StatusOr<std::vector<BackfillDatabase::Loaded>> backfills =
+        source.NewBackfillDatabase()->Load("orders");
+    ASSERT_THAT(backfills, IsOk());
+    EXPECT_THAT(*backfills, ::testing::IsEmpty());
+  }  // Waits for whatever the source still runs.
+  EXPECT_EQ(ConnectionsSince(from), 3) << pg_->Log().substr(from);
+
+  // Once the schema has backfill tables, a start loads from them.
+  ASSERT_THAT(pg_->Exec("CREATE TABLE walfeed.backfill_chunks (backfill_id bigint)"), IsOk());
+  PgStreamSource source(Options());
+  absl::StatusOr<bool> leads = source.TryLead();
+  ASSERT_THAT(leads, IsOk());
+  ASSERT_TRUE(*leads);
+  ASSERT_THAT(source.Prepare(), IsOk());
+  EXPECT_THAT(source.NewBackfillDatabase()->Load("orders").status(),
+              ::testing::Not(IsOk()))
+      << "it looked for the backfills table, which this schema lacks";
+}
 
 TEST_F(PgStreamSourceTest, ALeadLostBeforeTheRunLeavesNoWalSenderHeld) {
   PgStreamSource source(Options());

@@ -418,6 +418,22 @@ TEST_F(ProvisioningTest, DeferredTableChecksFindWhatPreflightFinds) {
   ASSERT_THAT(later, IsOk());
   EXPECT_EQ(*later, full->warnings);
 
+  // On the walsender a stream's start-up streams on next (StartReads): the
+  // same warnings, and the session's own timeouts are back afterwards.
+  absl::StatusOr<PgConnPtr> walsender =
+      Connect(absl::StrCat(pg_->ConnInfo(), " options='-c statement_timeout=7s'"),
+              ConnectionKind::kReplication);
+  ASSERT_THAT(walsender, IsOk());
+  const SqlChannel channel(walsender->get(), ConnectionKind::kReplication);
+  later = PublishedTableWarnings(channel, config);
+  ASSERT_THAT(later, IsOk());
+  EXPECT_EQ(*later, full->warnings);
+  absl::StatusOr<PgResultPtr> timeouts =
+      Exec(channel, "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')");
+  ASSERT_THAT(timeouts, IsOk());
+  EXPECT_EQ(TextValue(timeouts->get(), 0, 0), "7s");
+  EXPECT_EQ(TextValue(timeouts->get(), 0, 1), "0");
+
   config.publication_names = {kPublication, "not_yet"};
   config.create_missing = true;
   deferred = InspectForProvision(config, TableChecks::kDeferred);
