@@ -5,34 +5,20 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "replication/copy_data.h"
 #include "replication/pg/replication_connection.h"
+#include "replication/pg/replication_log.h"
 #include "replication/pgoutput.h"
 #include "replication/retry.h"
 #include "replication/sql_text.h"
 #include "replication/status_macros.h"
-#include "spdlog/spdlog.h"
 
 namespace walfeed::replication::pg {
-namespace {
-
-std::shared_ptr<spdlog::logger> Logger() {
-  static std::shared_ptr<spdlog::logger> logger = [] {
-    std::shared_ptr<spdlog::logger> existing = spdlog::get("replication");
-    return existing ? existing : spdlog::default_logger()->clone("replication");
-  }();
-  return logger;
-}
-
-}  // namespace
-
 std::unique_ptr<ReplicationOpener> MakePgOpener(const ReaderOptions& options) {
   return std::make_unique<PgReplicationOpener>(PgReplicationOpener::Options{
       options.stream_name, options.conninfo, options.slot_name, options.publication_names,
@@ -136,11 +122,11 @@ absl::Status StreamReader::RunSessions() {
     sink_->OnDrained();
     if (stop_.load()) return absl::OkStatus();
     if (!IsTransient(status)) {
-      Logger()->error("stream {}: stopped: {}", options_.stream_name, status.ToString());
+      ReplicationLogger()->error("stream {}: stopped: {}", options_.stream_name, status.ToString());
       return status;
     }
     const absl::Duration delay = backoff.Next();
-    Logger()->warn("stream {}: {}; reconnecting from {} in {}", options_.stream_name,
+    ReplicationLogger()->warn("stream {}: {}; reconnecting from {} in {}", options_.stream_name,
                    status.ToString(), durable_.ToString(), absl::FormatDuration(delay));
     sink_->OnDisconnected(status);
     {
@@ -152,55 +138,6 @@ absl::Status StreamReader::RunSessions() {
     if (last_session_streamed_) backoff.Reset();
   }
   return absl::OkStatus();
-}
-
-absl::Duration StreamReader::ReadWindow(const ReplicationConnection& conn) const {
-  if (options_.read_coalesce) return *options_.read_coalesce;
-  return conn.unix_socket() ? kUnixReadWindow : kTcpReadWindow;
-}
-
-void StreamReader::AdaptUnixWindow(int frames, size_t bytes) {
-  // What the turn's messages held of the walsender's send buffer: each is
-  // charged its bytes and a buffer of its own.
-  const size_t charged = bytes + static_cast<size_t>(frames) * kUnixMessageCharge;
-  if (charged >= kUnixSendBuffer / 2) {
-    read_window_ = std::max(read_window_ / 2, kUnixMinReadWindow);
-  } else if (charged < kUnixSendBuffer / 8) {
-    read_window_ = std::min(read_window_ * 2, kUnixReadWindow);
-  }
-}
-
-void StreamReader::AdaptTcpWindow(absl::Duration lag) {
-  const absl::Duration window = lag >= kBacklogLag     ? kTcpBacklogReadWindow
-                                : lag < kCaughtUpLag ? kTcpReadWindow
-                                                       : read_window_;
-  if (window == read_window_) return;
-  read_window_ = window;
-  const std::string sent = absl::FormatDuration(absl::Trunc(lag, absl::Milliseconds(1)));
-  // A backlog of a second or more is logged at info, with its end; a live
-  // stream's brief falls behind, which may come every few seconds under
-  // load, at debug.
-  if (window == kTcpBacklogReadWindow) {
-    backlog_logged_ = lag >= kLoggedBacklogLag;
-    Logger()->log(backlog_logged_ ? spdlog::level::info : spdlog::level::debug,
-                  "stream {}: reading a backlog (PostgreSQL sent a transaction {} after its "
-                  "commit): read window {} until caught up",
-                  options_.stream_name, sent, absl::FormatDuration(window));
-  } else {
-    Logger()->log(backlog_logged_ ? spdlog::level::info : spdlog::level::debug,
-                  "stream {}: caught up (a transaction sent {} after its commit): read window {}",
-                  options_.stream_name, sent, absl::FormatDuration(window));
-    backlog_logged_ = false;
-  }
-}
-
-double StreamReader::AddToLoad(absl::Time now, int frames) {
-  // Never negative: a wall clock stepped back must not grow the count.
-  const absl::Duration elapsed = std::max(now - load_at_, absl::ZeroDuration());
-  const double before = load_ * std::exp(-absl::FDivDuration(elapsed, kLoadDecay));
-  load_ = before + frames;
-  load_at_ = now;
-  return before;
 }
 
 absl::Status StreamReader::RunSession(Lsn start) {
@@ -220,23 +157,12 @@ absl::Status StreamReader::RunSession(Lsn start) {
     interval = std::min(interval, conn->wal_sender_timeout() / 2);
     ping_floor_ = conn->wal_sender_timeout() / 4;
   }
-  read_window_ = ReadWindow(*conn);
-  const bool adapt_unix_window = !options_.read_coalesce && conn->unix_socket();
-  const bool adapt_tcp_window = !options_.read_coalesce && !conn->unix_socket();
+  window_.emplace(options_.read_coalesce, conn->unix_socket(), clock_->Now(),
+                  options_.stream_name);
   bool after_window = false;  // This turn's read followed a read window.
-  load_ = 0;
-  load_at_ = clock_->Now();
-  backlog_logged_ = false;
-  const std::string rate_note = absl::StrFormat(" while %.0f frames/s or more arrive",
-                                                kBusyFramesPerSecond);
-  Logger()->info("stream {}: streaming slot {} from {} (status every {}, read window {}{})",
+  ReplicationLogger()->info("stream {}: streaming slot {} from {} (status every {}, read window {})",
                  options_.stream_name, options_.slot_name, start.ToString(),
-                 absl::FormatDuration(interval), absl::FormatDuration(read_window_),
-                 options_.read_coalesce ? ""
-                 : conn->unix_socket()
-                     ? absl::StrCat(rate_note, ", less while a backlog is read: Unix socket")
-                     : absl::StrCat(rate_note, ", ", absl::FormatDuration(kTcpBacklogReadWindow),
-                                    " while a backlog is read: TCP"));
+                 absl::FormatDuration(interval), window_->Describe());
   sink_->OnConnected(start);
 
   absl::Time next_status = clock_->Now();
@@ -270,7 +196,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
       persister_->AwaitIdle(kFinalStoreWait);
       (void)SendStatusUpdate(*conn);
       absl::Status finished = conn->Finish(absl::Seconds(2));
-      Logger()->info("stream {}: replication connection closed ({})", options_.stream_name,
+      ReplicationLogger()->info("stream {}: replication connection closed ({})", options_.stream_name,
                      finished.ok() ? "clean" : finished.ToString());
       return absl::OkStatus();
     }
@@ -300,7 +226,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
         // segment per message, and the loopback path of each segment,
         // charged to the walsender, made it the costliest part of the drain.
         caught_up = frames_since_read == 0 ||
-                    (read_window_ > absl::ZeroDuration() &&
+                    (window_->length() > absl::ZeroDuration() &&
                      bytes_since_read < kSmallRead);
         if (caught_up) break;
         WALFEED_RETURN_IF_ERROR(conn->ConsumeInput());
@@ -331,7 +257,7 @@ absl::Status StreamReader::RunSession(Lsn start) {
       alive_seen = alive;
       if (!busy_logged && now - last_heard >= interval) {
         busy_logged = true;
-        Logger()->info(
+        ReplicationLogger()->info(
             "stream {}: no message from PostgreSQL for {}, but its walsender still holds "
             "slot {}: it is busy (for example writing a large transaction's changes to disk); "
             "waiting for it",
@@ -379,23 +305,15 @@ absl::Status StreamReader::RunSession(Lsn start) {
     // and emptied the socket, the socket is not polled for input for a moment; it
     // is read after it. A turn cut short by kMaxDrainFrames may have left whole
     // frames in libpq's buffer, which poll() cannot see: no waiting then.
-    if (adapt_unix_window && after_window) AdaptUnixWindow(frames, turn_bytes);
-    if (adapt_tcp_window && turn_begin_lag_) AdaptTcpWindow(*turn_begin_lag_);
     // Unset, the window is waited only at a high frame rate, or while a
-    // backlog is read over TCP (see kBusyFramesPerSecond); set, always.
-    const double load_before = AddToLoad(now, frames);
-    const bool high_rate = HighRate();
-    // A quiet stream's next busy spell starts from the whole window, as the
-    // first window of a session does; it shortens again within a few turns.
-    if (adapt_unix_window && load_before < kQuietLoad) read_window_ = kUnixReadWindow;
-    const bool window_applies = options_.read_coalesce || high_rate ||
-                                (adapt_tcp_window && read_window_ == kTcpBacklogReadWindow);
-    const bool coalesce = frames > 0 && caught_up && room && !reply_now && window_applies &&
-                          read_window_ > absl::ZeroDuration();
+    // backlog is read over TCP; set, always (read_window.h).
+    window_->AfterTurn(now, frames, turn_bytes, after_window, turn_begin_lag_);
+    const bool coalesce = frames > 0 && caught_up && room && !reply_now && window_->applies() &&
+                          window_->length() > absl::ZeroDuration();
     after_window = coalesce;
     const bool more_buffered = room && frames >= kMaxDrainFrames;
     absl::Time deadline = more_buffered ? now
-                          : coalesce    ? std::min(next_status, now + read_window_)
+                          : coalesce    ? std::min(next_status, now + window_->length())
                                         : next_status;
     if (silence_limit > absl::ZeroDuration() && room) {
       deadline = std::min({deadline, last_heard + silence_limit, check_due()});
@@ -494,7 +412,7 @@ absl::Status StreamReader::CheckStore(bool full) {
         "); closing the replication connection so its shutdown can finish"));
   }
   // The older durable position keeps being confirmed; the next request retries.
-  Logger()->warn("stream {}: checkpoint store (the confirmed position stays at {}): {}",
+  ReplicationLogger()->warn("stream {}: checkpoint store (the confirmed position stays at {}): {}",
                  options_.stream_name, durable_.ToString(), failed->ToString());
   return absl::OkStatus();
 }
