@@ -206,7 +206,8 @@ absl::Status PgCheckpointStore::EnsureConnected() {
   // on, set in the same round trip.
   WALFEED_ASSIGN_OR_RETURN(
       PgResultPtr recovery,
-      Exec(conn.get(), "SELECT pg_is_in_recovery(), set_config('synchronous_commit', 'on', false)"));
+      Exec(conn.get(),
+           "SELECT pg_is_in_recovery(), set_config('synchronous_commit', 'on', false)"));
   if (Value(recovery.get(), 0, 0) == "t") {
     constexpr absl::string_view kMessage =
         "checkpoint store: the server is a standby (read-only); the checkpoint conninfo "

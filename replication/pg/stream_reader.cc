@@ -127,7 +127,7 @@ absl::Status StreamReader::RunSessions() {
     }
     const absl::Duration delay = backoff.Next();
     ReplicationLogger()->warn("stream {}: {}; reconnecting from {} in {}", options_.stream_name,
-                   status.ToString(), durable_.ToString(), absl::FormatDuration(delay));
+                              status.ToString(), durable_.ToString(), absl::FormatDuration(delay));
     sink_->OnDisconnected(status);
     {
       absl::MutexLock lock(&stats_mu_);
@@ -160,9 +160,10 @@ absl::Status StreamReader::RunSession(Lsn start) {
   window_.emplace(options_.read_coalesce, conn->unix_socket(), clock_->Now(),
                   options_.stream_name);
   bool after_window = false;  // This turn's read followed a read window.
-  ReplicationLogger()->info("stream {}: streaming slot {} from {} (status every {}, read window {})",
-                 options_.stream_name, options_.slot_name, start.ToString(),
-                 absl::FormatDuration(interval), window_->Describe());
+  ReplicationLogger()->info(
+      "stream {}: streaming slot {} from {} (status every {}, read window {})",
+      options_.stream_name, options_.slot_name, start.ToString(), absl::FormatDuration(interval),
+      window_->Describe());
   sink_->OnConnected(start);
 
   absl::Time next_status = clock_->Now();
@@ -196,8 +197,9 @@ absl::Status StreamReader::RunSession(Lsn start) {
       persister_->AwaitIdle(kFinalStoreWait);
       (void)SendStatusUpdate(*conn);
       absl::Status finished = conn->Finish(absl::Seconds(2));
-      ReplicationLogger()->info("stream {}: replication connection closed ({})", options_.stream_name,
-                     finished.ok() ? "clean" : finished.ToString());
+      ReplicationLogger()->info("stream {}: replication connection closed ({})",
+                                options_.stream_name,
+                                finished.ok() ? "clean" : finished.ToString());
       return absl::OkStatus();
     }
     bool reply_now = false;
@@ -413,7 +415,7 @@ absl::Status StreamReader::CheckStore(bool full) {
   }
   // The older durable position keeps being confirmed; the next request retries.
   ReplicationLogger()->warn("stream {}: checkpoint store (the confirmed position stays at {}): {}",
-                 options_.stream_name, durable_.ToString(), failed->ToString());
+                            options_.stream_name, durable_.ToString(), failed->ToString());
   return absl::OkStatus();
 }
 
