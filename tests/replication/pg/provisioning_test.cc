@@ -392,6 +392,28 @@ TEST_F(ProvisioningTest, WarnsAboutPublishedTablesWithoutReplicaIdentity) {
   EXPECT_THAT(report->warnings[3], HasSubstr("table \"public\".\"parted_1\""));
 }
 
+// A partitioned table has no leaf to judge until its first partition, but it
+// is published all the same: listed in tables, it draws no warning, before or
+// after a partition without a replica identity comes (judged by its leaves).
+TEST_F(ProvisioningTest, APartitionedTableWithoutPartitionsIsPublished) {
+  CreateSlotAndPublication();
+  Sql("CREATE TABLE parted (a int) PARTITION BY LIST (a)");
+  Sql("CREATE PUBLICATION roots FOR TABLE parted WITH (publish_via_partition_root = true)");
+  StreamConfig config = Config();
+  config.publication_names = {"roots"};
+  config.tables = {"public.parted"};
+  absl::StatusOr<PreflightReport> report = Preflight(config);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_THAT(report->warnings, IsEmpty()) << ::testing::PrintToString(report->warnings);
+
+  Sql("CREATE TABLE parted_1 PARTITION OF parted FOR VALUES IN (1)");
+  report = Preflight(config);
+  ASSERT_THAT(report, IsOk());
+  ASSERT_THAT(report->warnings, SizeIs(1)) << ::testing::PrintToString(report->warnings);
+  EXPECT_THAT(report->warnings[0], AllOf(HasSubstr("table \"public\".\"parted_1\""),
+                                         HasSubstr("no usable replica identity")));
+}
+
 // A stream's start-up defers the table warnings' queries (TableChecks) when
 // every publication exists; PublishedTableWarnings() then finds exactly what
 // Preflight() reports. With a publication missing nothing is deferred.
