@@ -10,7 +10,7 @@
 //   rate, until it is caught up again (kCaughtUpLag).
 // * Unix-domain socket: the window shrinks while the turns after it fill the
 //   walsender's send buffer, and grows back while they do not.
-// The figures behind each constant are in docs/performance.md.
+// The figures behind each constant are in docs/performance-history.md.
 #ifndef WALFEED_REPLICATION_PG_READ_WINDOW_H_
 #define WALFEED_REPLICATION_PG_READ_WINDOW_H_
 
@@ -28,7 +28,7 @@ namespace walfeed::replication::pg {
 // it comes, so the walsender's sends go out one TCP segment each: on a
 // backlog of single-row transactions, reading at once gave about a quarter
 // less throughput and a third more walsender CPU per event than 1 ms
-// (docs/performance.md).
+// (docs/performance-history.md).
 inline constexpr absl::Duration kTcpReadWindow = absl::Milliseconds(1);
 // The read window over TCP, unless configured, while a backlog is read: the
 // last transaction a turn began was sent by the walsender kBacklogLag or more
@@ -37,7 +37,7 @@ inline constexpr absl::Duration kTcpReadWindow = absl::Milliseconds(1);
 // already, so a longer window costs them little, and it lets the walsender's
 // sends gather into fewer TCP segments: on the peer harness's W1 backlog,
 // 8-10 ms against 1 ms cut the walsender's CPU per event by about a third (W3
-// did not move; docs/performance.md). Back to kTcpReadWindow once a turn's last Begin
+// did not move; docs/performance-history.md). Back to kTcpReadWindow once a turn's last Begin
 // was sent within kCaughtUpLag of its commit; in between the window stays as
 // it is, so a lag near the threshold does not flip it every turn.
 // The same holds for a live stream that falls behind: a walsender that sends
@@ -46,7 +46,7 @@ inline constexpr absl::Duration kTcpReadWindow = absl::Milliseconds(1);
 // two cores a stall of a few milliseconds grew into a backlog of up to two
 // seconds before the window changed (p99 0.6-1.9 s in 5 of 10 runs). With the
 // 8 ms window from a lag of 20 ms, 6 alternating runs had p99 6-69 ms and
-// never more than 139 ms (docs/performance.md).
+// never more than 139 ms (docs/performance-history.md).
 inline constexpr absl::Duration kTcpBacklogReadWindow = absl::Milliseconds(8);
 inline constexpr absl::Duration kBacklogLag = absl::Milliseconds(20);
 inline constexpr absl::Duration kCaughtUpLag = absl::Milliseconds(5);
@@ -74,7 +74,7 @@ inline constexpr absl::Duration kUnixMinReadWindow = absl::Microseconds(100);
 // stream's latency is the walsender's, not the window's: at 1,000 single-row
 // transactions/s (3,000 frames/s) a 1 ms window after every read was most of
 // the latency. At 10,000 (30,000 frames/s) a reader that never waits wakes
-// for every message and falls behind (p99 0.5-1.7 s; docs/performance.md). A
+// for every message and falls behind (p99 0.5-1.7 s; docs/performance-history.md). A
 // backlog read over TCP keeps kTcpBacklogReadWindow whatever the rate; over a
 // Unix socket a backlog comes at far more than this (a blocked walsender's
 // send buffer is hundreds of frames), except one of very wide rows, which
