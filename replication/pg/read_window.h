@@ -36,10 +36,11 @@ inline constexpr absl::Duration kTcpReadWindow = absl::Milliseconds(1);
 // PostgreSQL's clock, so no clock skew enters). Its changes are that old
 // already, so a longer window costs them little, and it lets the walsender's
 // sends gather into fewer TCP segments: on the peer harness's W1 backlog,
-// 8-10 ms against 1 ms cut the walsender's CPU per event by about a third (W3
-// did not move; docs/performance-history.md). Back to kTcpReadWindow once a turn's last Begin
-// was sent within kCaughtUpLag of its commit; in between the window stays as
-// it is, so a lag near the threshold does not flip it every turn.
+// 8-10 ms against 1 ms cut the walsender's CPU per event by about a third
+// (W3 did not move; docs/performance-history.md). Back to kTcpReadWindow once
+// a turn's last Begin was sent within kCaughtUpLag of its commit; in between
+// the window stays as it is, so a lag near the threshold does not flip it
+// every turn.
 // The same holds for a live stream that falls behind: a walsender that sends
 // transactions 20 ms after their commit is short of CPU, and at 1 ms it
 // spends more per message than the writers leave it, so with 10,000 tx/s on
@@ -47,6 +48,10 @@ inline constexpr absl::Duration kTcpReadWindow = absl::Milliseconds(1);
 // seconds before the window changed (p99 0.6-1.9 s in 5 of 10 runs). With the
 // 8 ms window from a lag of 20 ms, 6 alternating runs had p99 6-69 ms and
 // never more than 139 ms (docs/performance-history.md).
+// The socket's receive buffer is left to the kernel: a locked 128 kB one kept
+// the walsender's sends queued and cheaper still on a large transaction, but
+// dropped segments and stalled some drains for seconds on retransmission
+// timeouts (docs/performance-history.md, 2026-12-07 afternoon).
 inline constexpr absl::Duration kTcpBacklogReadWindow = absl::Milliseconds(8);
 inline constexpr absl::Duration kBacklogLag = absl::Milliseconds(20);
 inline constexpr absl::Duration kCaughtUpLag = absl::Milliseconds(5);
@@ -74,11 +79,11 @@ inline constexpr absl::Duration kUnixMinReadWindow = absl::Microseconds(100);
 // stream's latency is the walsender's, not the window's: at 1,000 single-row
 // transactions/s (3,000 frames/s) a 1 ms window after every read was most of
 // the latency. At 10,000 (30,000 frames/s) a reader that never waits wakes
-// for every message and falls behind (p99 0.5-1.7 s; docs/performance-history.md). A
-// backlog read over TCP keeps kTcpBacklogReadWindow whatever the rate; over a
-// Unix socket a backlog comes at far more than this (a blocked walsender's
-// send buffer is hundreds of frames), except one of very wide rows, which
-// gains little from a window.
+// for every message and falls behind (p99 0.5-1.7 s;
+// docs/performance-history.md). A backlog read over TCP keeps
+// kTcpBacklogReadWindow whatever the rate; over a Unix socket a backlog comes
+// at far more than this (a blocked walsender's send buffer is hundreds of
+// frames), except one of very wide rows, which gains little from a window.
 // A turn that finds the count below kQuietLoad (about one frame in the last
 // few milliseconds) ends a quiet spell: the Unix window goes back to its whole
 // length for the next busy one. A stall of a few milliseconds in a backlog is
