@@ -12,21 +12,35 @@ namespace reason = replication::reason;
 
 ConsumerRegistry::ConsumerRegistry(Options options) : options_(std::move(options)) {}
 
-void ConsumerRegistry::Load(replication::AckTracker* tracker,
-                            const absl::flat_hash_map<std::string, EventId>& checkpoints,
-                            EventId deliver_after,
-                            const absl::flat_hash_map<std::string, EventId>& detached) {
+EventId ConsumerRegistry::Load(replication::AckTracker* tracker,
+                               const absl::flat_hash_map<std::string, EventId>& checkpoints,
+                               EventId deliver_after,
+                               const absl::flat_hash_map<std::string, EventId>& detached) {
   absl::MutexLock lock(&mu_);
-  // Consumers kept through an Unload (work in flight) may know a newer ack.
+  // Consumers kept through an Unload had work in flight, which may be stored
+  // after the caller read `checkpoints`: a first ack (the consumer is not in
+  // them at all), or a reset that re-attaches it at an older target than every
+  // stored checkpoint. Delivering only after `deliver_after` would then resume
+  // such a consumer past events it never received, so the floor goes down to
+  // where each of them holds the stream.
+  for (const auto& [name, c] : consumers_) {
+    if (!c.detached) deliver_after = std::min(deliver_after, c.checkpoint);
+  }
+  // Kept consumers may also know a newer ack.
   for (const auto& [consumer, checkpoint] : checkpoints) {
+    if (removed_unloaded_.contains(consumer)) continue;
     Consumer& c = consumers_[consumer];
     c.checkpoint = std::max(c.checkpoint, checkpoint);
   }
   for (const auto& [consumer, checkpoint] : detached) {
+    if (removed_unloaded_.contains(consumer)) continue;
     Consumer& c = consumers_[consumer];
     c.checkpoint = std::max(c.checkpoint, checkpoint);
-    c.detached = true;
+    // A reset in flight or stored since Unload re-attached it.
+    if (!c.reattached_from && !reattached_unloaded_.contains(consumer)) c.detached = true;
   }
+  removed_unloaded_.clear();
+  reattached_unloaded_.clear();
   for (const auto& [consumer, state] : consumers_) {
     if (!state.detached) (void)tracker->AddConsumer(consumer, state.checkpoint);
   }
@@ -34,6 +48,7 @@ void ConsumerRegistry::Load(replication::AckTracker* tracker,
   floor_ = deliver_after;
   tracker_ = tracker;
   loaded_ = true;
+  return deliver_after;
 }
 
 bool ConsumerRegistry::loaded() const {

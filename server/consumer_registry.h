@@ -45,6 +45,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -141,10 +142,15 @@ class ConsumerRegistry {
   // The stream was prepared: the stored checkpoints (registered in `tracker`,
   // which must outlive the registry), the floor nothing at or below which is
   // delivered, and the detached consumers' checkpoints (they hold nothing).
-  void Load(replication::AckTracker* tracker,
-            const absl::flat_hash_map<std::string, EventId>& checkpoints,
-            EventId deliver_after,
-            const absl::flat_hash_map<std::string, EventId>& detached = {})
+  // Returns the floor the run must deliver after: `deliver_after`, or lower
+  // when a consumer kept through Unload (an ack, a reset in flight) holds the
+  // stream from further back than the checkpoints the caller read. What this
+  // process did to a consumer since Unload (a removal, a re-attaching reset)
+  // wins over those checkpoints, which may have been read before it was stored.
+  EventId Load(replication::AckTracker* tracker,
+               const absl::flat_hash_map<std::string, EventId>& checkpoints,
+               EventId deliver_after,
+               const absl::flat_hash_map<std::string, EventId>& detached = {})
       ABSL_LOCKS_EXCLUDED(mu_);
   bool loaded() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -383,6 +389,10 @@ class ConsumerRegistry {
   std::optional<EventId> reader_awaits_ ABSL_GUARDED_BY(mu_);
   const StreamBuffer empty_;  // What a session waiting for a disk read reads.
   absl::flat_hash_map<std::string, Consumer> consumers_ ABSL_GUARDED_BY(mu_);
+  // Between Unload and Load: consumers whose removal, or re-attaching reset,
+  // was stored meanwhile. The checkpoints Load is given may predate the write.
+  absl::flat_hash_set<std::string> removed_unloaded_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> reattached_unloaded_ ABSL_GUARDED_BY(mu_);
   // Every session not yet closed, by identity (ended ones too, until Close).
   absl::flat_hash_map<const Session*, SessionEntry> sessions_ ABSL_GUARDED_BY(mu_);
   // The current episode of a full buffer: who holds it, since when, and since

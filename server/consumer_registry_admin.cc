@@ -159,6 +159,7 @@ EventId ConsumerRegistry::AwaitAcksLanded(const std::string& consumer) {
 void ConsumerRegistry::FinishRemove(const std::string& consumer, SessionList* wake) {
   absl::MutexLock lock(&mu_);
   consumers_.erase(consumer);
+  if (!loaded_) removed_unloaded_.insert(consumer);
   (void)tracker_->RemoveConsumer(consumer);
   TrimLocked();
   *wake = TakeWaitingLocked();
@@ -266,6 +267,7 @@ void ConsumerRegistry::FinishReset(const std::string& consumer, EventId target,
                                    SessionList* wake) {
   absl::MutexLock lock(&mu_);
   if (auto it = consumers_.find(consumer); it != consumers_.end()) {
+    if (!loaded_ && it->second.reattached_from) reattached_unloaded_.insert(consumer);
     it->second.resetting = false;
     it->second.reattached_from.reset();
     it->second.checkpoint = std::max(it->second.checkpoint, target);

@@ -77,9 +77,8 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
                                     options_.lead_check},
           source_.get(), this,
           StreamSupervisor::Hooks{
-              [this](const replication::PreparedSource& prepared,
-                     replication::AckTracker* tracker) {
-                const replication::StartPlan& plan = prepared.plan;
+              [this](replication::PreparedSource& prepared, replication::AckTracker* tracker) {
+                replication::StartPlan& plan = prepared.plan;
                 // Before the first event: the initial snapshot's chunks drop
                 // rows whose key changed from the stream's start on.
                 for (const replication::InitialSnapshotTable& table : prepared.initial_snapshot) {
@@ -87,7 +86,15 @@ StreamRuntime::StreamRuntime(RuntimeOptions options,
                 }
                 tracker_.store(tracker);
                 stream_start_.store(plan.start.value());
-                registry_.Load(tracker, plan.consumers, plan.deliver_after, plan.detached);
+                const EventId deliver_after =
+                    registry_.Load(tracker, plan.consumers, plan.deliver_after, plan.detached);
+                if (deliver_after < plan.deliver_after) {
+                  StreamLogger()->info(
+                      "stream {}: delivering the events after {} rather than after {}: a "
+                      "consumer's ack or reset was in flight across the restart",
+                      name(), deliver_after.ToString(), plan.deliver_after.ToString());
+                  plan.deliver_after = deliver_after;
+                }
                 generation_.store(generations_.fetch_add(1) + 1);
               },
               [this](const absl::Status& why) {

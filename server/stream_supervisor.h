@@ -46,9 +46,9 @@ class StreamSupervisor {
   };
   struct Hooks {
     // The stream was prepared; `tracker` (owned here, alive until the supervisor
-    // is destroyed) is the one the source will run with. Called before Run.
-    std::function<void(const replication::PreparedSource&, replication::AckTracker*)>
-        on_prepared;
+    // is destroyed) is the one the source will run with. Called before Run,
+    // which runs the plan as the hook leaves it (it may lower deliver_after).
+    std::function<void(replication::PreparedSource&, replication::AckTracker*)> on_prepared;
     // The stream failed for good (the error is also the state's).
     std::function<void(const absl::Status&)> on_failed;
     // The state changed (no lock held).
