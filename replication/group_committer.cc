@@ -137,14 +137,13 @@ absl::StatusOr<StreamCheckpoint> GroupCommitter::Load(absl::string_view stream) 
   absl::StatusOr<StreamCheckpoint> checkpoint = store_->Load(stream);
   absl::MutexLock lock(&mu_);
   if (checkpoint.ok()) {
-    // Stored values are durable; ones this committer wrote later may be higher.
-    auto& durable = durable_acks_[stream];
-    for (const auto& [consumer, id] : checkpoint->consumers) {
-      auto [it, inserted] = durable.emplace(consumer, id);
-      if (!inserted) it->second = std::max(it->second, id);
-    }
-    auto [it, inserted] = durable_confirmed_.emplace(stream, checkpoint->confirmed_lsn);
-    if (!inserted) it->second = std::max(it->second, checkpoint->confirmed_lsn);
+    // What is stored replaces what this committer remembers: it holds the writer's
+    // turn, so every write of its own is in the store already, and what differs
+    // was changed by another instance while this one did not lead (a consumer
+    // removed, a slot bound anew). A remembered ack kept over a removal would
+    // let the same consumer's next, lower ack pass as durable without a write.
+    durable_acks_[stream] = checkpoint->consumers;
+    durable_confirmed_[stream] = checkpoint->confirmed_lsn;
   }
   ReleaseWriter();
   return checkpoint;

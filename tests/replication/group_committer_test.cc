@@ -294,6 +294,21 @@ TEST_F(GroupCommitterTest, LoadSeedsWhatIsKnownDurable) {
   EXPECT_THAT(store_.calls(), SizeIs(1));  // Only the direct Commit above.
 }
 
+TEST_F(GroupCommitterTest, LoadForgetsWhatAnotherInstanceChangedMeanwhile) {
+  EXPECT_THAT(committer_.AckDurably("s", "c", Id(0x900, 5)), IsOk());
+  EXPECT_THAT(committer_.SetConfirmed("s", Lsn(0x900)), IsOk());
+  // Another instance, leading meanwhile, removes c and binds the slot anew.
+  ASSERT_THAT(store_.RemoveConsumer("s", "c"), IsOk());
+  ASSERT_THAT(store_.BindSlot("s", "slot", SlotIdentity{}, Lsn(0x400)), IsOk());
+  ASSERT_THAT(committer_.Load("s"), IsOk());
+  // c subscribes again, as a new consumer: its first ack is lower than the one
+  // this committer wrote before, and must be written all the same.
+  EXPECT_THAT(committer_.AckDurably("s", "c", Id(0x900, 1)), IsOk());
+  EXPECT_EQ(store_.stored("s").consumers.at("c"), Id(0x900, 1));
+  EXPECT_THAT(committer_.SetConfirmed("s", Lsn(0x500)), IsOk());
+  EXPECT_EQ(store_.stored("s").confirmed_lsn, Lsn(0x500));
+}
+
 // Many threads ack increasing ids with no coordination: however the batches fall,
 // every call succeeds, no stored value ever regresses, and each consumer ends at
 // its highest ack.
