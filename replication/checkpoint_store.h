@@ -158,6 +158,15 @@ class CheckpointStore {
   // reader, while it cannot read its own connection, learns that PostgreSQL is
   // shutting down. Stores without a database answer OK.
   virtual absl::Status Ping() { return absl::OkStatus(); }
+
+  // The streams other than `stream` bound to slot `slot_name` of the cluster
+  // `system_identifier`, by name. Two streams must never read one slot: each
+  // would confirm the other's events away. Stores that record no slots have none.
+  virtual absl::StatusOr<std::vector<std::string>> OtherStreamsOnSlot(
+      absl::string_view /*stream*/, absl::string_view /*slot_name*/,
+      uint64_t /*system_identifier*/) {
+    return std::vector<std::string>{};
+  }
 };
 
 }  // namespace walfeed::replication

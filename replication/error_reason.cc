@@ -41,7 +41,7 @@ std::vector<absl::string_view> AllReasons() {
           kUnauthenticated,
           kPermissionDenied,
           kCheckpointWriteRefused, kStandby, kBackfillNotFound,
-          kBackfillRunning, kTableNotBackfillable, kOther};
+          kBackfillRunning, kTableNotBackfillable, kSlotShared, kOther};
 }
 
 absl::Status WithReason(absl::Status status, absl::string_view reason) {

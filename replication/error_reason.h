@@ -53,6 +53,7 @@ inline constexpr absl::string_view kPermissionDenied = "PERMISSION_DENIED";
 inline constexpr absl::string_view kBackfillNotFound = "BACKFILL_NOT_FOUND";
 inline constexpr absl::string_view kBackfillRunning = "BACKFILL_RUNNING";
 inline constexpr absl::string_view kTableNotBackfillable = "TABLE_NOT_BACKFILLABLE";
+inline constexpr absl::string_view kSlotShared = "SLOT_SHARED";
 // Sent for an error no more specific reason was attached to.
 inline constexpr absl::string_view kOther = "OTHER";
 

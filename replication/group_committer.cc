@@ -204,6 +204,19 @@ absl::Status GroupCommitter::BindSlot(absl::string_view stream, absl::string_vie
   return status;
 }
 
+absl::StatusOr<std::vector<std::string>> GroupCommitter::OtherStreamsOnSlot(
+    absl::string_view stream, absl::string_view slot_name, uint64_t system_identifier) {
+  {
+    absl::MutexLock lock(&mu_);
+    AcquireWriter();
+  }
+  absl::StatusOr<std::vector<std::string>> streams =
+      store_->OtherStreamsOnSlot(stream, slot_name, system_identifier);
+  absl::MutexLock lock(&mu_);
+  ReleaseWriter();
+  return streams;
+}
+
 GroupCommitter::Stats GroupCommitter::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -69,6 +70,10 @@ class GroupCommitter {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status BindSlot(absl::string_view stream, absl::string_view slot_name,
                         const SlotIdentity& identity, Lsn confirmed_lsn) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::vector<std::string>> OtherStreamsOnSlot(absl::string_view stream,
+                                                              absl::string_view slot_name,
+                                                              uint64_t system_identifier)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 

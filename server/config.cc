@@ -594,6 +594,11 @@ absl::Status Parser::ParseStreams(const YAML::Node& node, ServerConfig& config) 
                               node.IsSequence() ? "an empty list" : KindOf(node)));
   }
   absl::flat_hash_map<std::string, size_t> first_index;
+  // Two streams on one slot confirm each other's events away. Only the same
+  // conninfo is caught here (no secret is shown): another spelling of the same
+  // database is refused when the second stream starts (the checkpoint store
+  // knows which stream each slot is bound to).
+  absl::flat_hash_map<std::pair<std::string, std::string>, size_t> slot_index;
   for (size_t i = 0; i < node.size(); ++i) {
     const std::string path = Element("streams", i);
     WALFEED_ASSIGN_OR_RETURN(StreamConfig stream, ParseStream(node[i], path, config));
@@ -602,6 +607,15 @@ absl::Status Parser::ParseStreams(const YAML::Node& node, ServerConfig& config) 
       return Error(node[i], Child(path, "name"),
                    absl::StrCat("duplicate stream name ", Quote(stream.name), " (also ",
                                 Element("streams", it->second), ".name)"));
+    }
+    auto [slot, new_slot] = slot_index.emplace(std::make_pair(stream.conninfo, stream.slot_name), i);
+    if (!new_slot) {
+      return Error(node[i], Child(path, "slot"),
+                   absl::StrCat("slot ", Quote(stream.slot_name), " is also the slot of ",
+                                Element("streams", slot->second),
+                                " on the same database: each stream needs a slot of its own "
+                                "(two streams reading one slot would confirm each other's "
+                                "events away)"));
     }
     config.streams.push_back(std::move(stream));
   }

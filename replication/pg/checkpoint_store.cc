@@ -139,6 +139,11 @@ ON CONFLICT (stream) DO UPDATE
       slot_database_oid = excluded.slot_database_oid, slot_plugin = excluded.slot_plugin,
       confirmed_lsn = excluded.confirmed_lsn, updated_at = excluded.updated_at)sql";
 
+constexpr absl::string_view kOnSlotSql = R"sql(
+SELECT stream FROM $schema.stream_checkpoints
+WHERE slot_name = $2::text AND slot_system_identifier = $3::numeric AND stream <> $1::text
+ORDER BY stream)sql";
+
 absl::StatusOr<Lsn> ParseLsnColumn(const std::optional<std::string>& text,
                                    absl::string_view column) {
   if (!text.has_value()) {
@@ -175,6 +180,7 @@ PgCheckpointStore::PgCheckpointStore(Options options)
       remove_sql_(Sql(kRemoveSql, QuoteIdentifier(options_.schema))),
       detach_sql_(Sql(kDetachSql, QuoteIdentifier(options_.schema))),
       bind_sql_(Sql(kBindSql, QuoteIdentifier(options_.schema))),
+      on_slot_sql_(Sql(kOnSlotSql, QuoteIdentifier(options_.schema))),
       backfill_table_(absl::StrCat(QuoteIdentifier(options_.schema), ".backfill_chunks")) {}
 
 absl::StatusOr<std::unique_ptr<PgCheckpointStore>> PgCheckpointStore::Open(Options options) {
@@ -436,6 +442,24 @@ absl::Status PgCheckpointStore::BindSlot(absl::string_view stream, absl::string_
                        absl::StrCat("binding stream \"", stream, "\" to slot \"", slot_name, "\""));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> PgCheckpointStore::OtherStreamsOnSlot(
+    absl::string_view stream, absl::string_view slot_name, uint64_t system_identifier) {
+  WALFEED_RETURN_IF_ERROR(CheckName("stream", stream));
+  WALFEED_RETURN_IF_ERROR(CheckName("slot", slot_name));
+  absl::StatusOr<PgResultPtr> result =
+      Run(on_slot_sql_,
+          {std::string(stream), std::string(slot_name), absl::StrCat(system_identifier)});
+  if (!result.ok()) {
+    return WithContext(result.status(), on_slot_sql_,
+                       absl::StrCat("looking for other streams on slot \"", slot_name, "\""));
+  }
+  std::vector<std::string> streams;
+  for (int row = 0; row < PQntuples(result->get()); ++row) {
+    streams.push_back(Value(result->get(), row, 0).value_or(""));
+  }
+  return streams;
 }
 
 }  // namespace walfeed::replication::pg

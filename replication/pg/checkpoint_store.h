@@ -70,6 +70,9 @@ class PgCheckpointStore : public CheckpointStore {
   absl::Status Ping() override;
   absl::Status BindSlot(absl::string_view stream, absl::string_view slot_name,
                         const SlotIdentity& identity, Lsn confirmed_lsn) override;
+  absl::StatusOr<std::vector<std::string>> OtherStreamsOnSlot(
+      absl::string_view stream, absl::string_view slot_name,
+      uint64_t system_identifier) override;
 
   // Whether the backfill tables (replication/pg/backfill_records.cc, in the same
   // schema) existed at the last Load(): true until a Load() says otherwise.
@@ -97,6 +100,7 @@ class PgCheckpointStore : public CheckpointStore {
   const std::string remove_sql_;
   const std::string detach_sql_;
   const std::string bind_sql_;
+  const std::string on_slot_sql_;
   const std::string backfill_table_;  // Quoted: to_regclass's argument.
   std::atomic<bool> backfill_tables_{true};
   PgConnPtr conn_;  // Null after a transient error until the next call reconnects.

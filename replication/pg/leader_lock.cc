@@ -127,7 +127,8 @@ absl::StatusOr<bool> LeaderLock::TryAcquire() {
     spdlog::warn("{}: could not end the previous leader's walsender on slot {}: {}",
                  options_.key, options_.slot_name, ended.status().ToString());
   } else if (PQntuples(ended->get()) > 0) {
-    spdlog::warn("{}: ended the walsender (pid {}) a previous leader still held slot {} with",
+    spdlog::warn("{}: ended walsender pid {}, through which a previous leader of this stream "
+                 "still held slot {}",
                  options_.key, Value(ended->get(), 0, 0).value_or("?"), options_.slot_name);
   }
   return true;

@@ -1,10 +1,15 @@
 #include "replication/pg/stream_start.h"
 
+#include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "replication/error_reason.h"
 #include "replication/pg/pg_conn.h"
 #include "replication/pg/table_checks.h"
+#include "replication/sql_text.h"
 #include "replication/status_macros.h"
 
 namespace walfeed::replication::pg {
@@ -41,6 +46,33 @@ void AddTableWarnings(const SqlChannel& conn, const StreamConfig& config,
     return;
   }
   report->warnings.insert(report->warnings.end(), warnings->begin(), warnings->end());
+}
+
+// Refuses a slot another stream of the checkpoint store is bound to: each
+// stream confirms the slot for its own consumers, so two streams on one slot
+// confirm each other's events away (and each one's leader would end the
+// other's walsender as a deposed leader's).
+absl::Status CheckSlotNotShared(const StreamConfig& config, GroupCommitter* committer,
+                                absl::string_view checkpoint_schema,
+                                const SlotIdentity& identity) {
+  WALFEED_ASSIGN_OR_RETURN(
+      std::vector<std::string> others,
+      committer->OtherStreamsOnSlot(config.name, config.slot_name, identity.system_identifier));
+  if (others.empty()) return absl::OkStatus();
+  const std::string schema = QuoteIdentifier(checkpoint_schema);
+  const std::string other = QuoteLiteral(others.front());
+  return reason::WithReason(
+      absl::FailedPreconditionError(absl::StrCat(
+          "slot \"", config.slot_name, "\" is already bound to stream \"", others.front(),
+          "\" in checkpoint schema ", schema,
+          ": two streams reading one slot would confirm each other's events away, so stream \"",
+          config.name, "\" does not start. Give it a slot of its own (its slot setting); or, if "
+          "stream \"", others.front(), "\" is gone for good (dropped, or renamed to \"",
+          config.name, "\" and its consumers may start afresh), forget it: DELETE FROM ", schema,
+          ".consumer_checkpoints WHERE stream = ", other, "; DELETE FROM ", schema,
+          ".stream_checkpoints WHERE stream = ", other, ";")),
+      reason::kSlotShared,
+      {{"stream", config.name}, {"slot", config.slot_name}, {"other_stream", others.front()}});
 }
 
 }  // namespace
@@ -132,6 +164,8 @@ absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
     WALFEED_ASSIGN_OR_RETURN(before, ReadSlotCheck(config, checkpoint_schema));
   }
   WALFEED_ASSIGN_OR_RETURN(prepared.plan, PlanStart(before, stored));
+  WALFEED_RETURN_IF_ERROR(
+      CheckSlotNotShared(config, committer, checkpoint_schema, prepared.plan.identity));
   if (prepared.plan.bind) {
     WALFEED_RETURN_IF_ERROR(committer->BindSlot(config.name, config.slot_name,
                                                 prepared.plan.identity, prepared.plan.start));

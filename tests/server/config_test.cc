@@ -391,6 +391,23 @@ TEST(ConfigTest, StreamsAreRequiredAndNamedUniquely) {
               StatusIs(kInvalid, AllOf(StartsWith("test.yaml:8: "),
                                        HasSubstr("streams[1].name: duplicate stream name "
                                                  "\"orders\" (also streams[0].name)"))));
+  const std::string shared = absl::StrCat(kValid, R"(  - name: orders_copy
+    conninfo: "host=localhost dbname=app"
+    slot: walfeed_orders
+    publications: [p]
+)");
+  EXPECT_THAT(Parse(shared),
+              StatusIs(kInvalid, AllOf(StartsWith("test.yaml:8: "),
+                                       HasSubstr("streams[1].slot: slot \"walfeed_orders\" is "
+                                                 "also the slot of streams[0] on the same "
+                                                 "database: each stream needs a slot of its "
+                                                 "own"))));
+  const std::string elsewhere = absl::StrCat(kValid, R"(  - name: orders_copy
+    conninfo: "host=replica dbname=app"
+    slot: walfeed_orders
+    publications: [p]
+)");
+  EXPECT_THAT(Parse(elsewhere), IsOk()) << "the same slot name on another database is another slot";
   for (const char* key : {"name", "slot", "publications"}) {
     SCOPED_TRACE(key);
     std::string text(kValid);

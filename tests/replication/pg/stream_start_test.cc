@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "replication/error_reason.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -242,6 +243,28 @@ TEST_F(StreamStartTest, DroppedSlotFailsClosedAndIsNotRecreated) {
   ASSERT_THAT(recovered, IsOk());
   EXPECT_TRUE(recovered->provisioned.created_slot);
   EXPECT_TRUE(recovered->plan.bind);
+}
+
+TEST_F(StreamStartTest, ASlotBoundToAnotherStreamIsRefused) {
+  ASSERT_THAT(Prepare(), IsOk());
+  StreamConfig second = Config();
+  second.name = "orders2";  // Another stream, the same slot.
+  const absl::Status refused = Prepare(second).status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                AllOf(HasSubstr("slot \"s\" is already bound to stream \"orders\""),
+                                      HasSubstr("a slot of its own"),
+                                      HasSubstr("DELETE FROM \"walfeed\".stream_checkpoints "
+                                                "WHERE stream = 'orders'"))));
+  EXPECT_EQ(reason::ReasonOf(refused), reason::kSlotShared);
+  EXPECT_THAT(Prepare(), IsOk()) << "the stream the slot is bound to starts as before";
+
+  // The remedy for a stream that is gone for good: forget it.
+  ASSERT_THAT(pg_->Exec("DELETE FROM \"walfeed\".consumer_checkpoints WHERE stream = 'orders';"
+                        "DELETE FROM \"walfeed\".stream_checkpoints WHERE stream = 'orders'"),
+              IsOk());
+  absl::StatusOr<PreparedStream> moved = Prepare(second);
+  ASSERT_THAT(moved, IsOk());
+  EXPECT_TRUE(moved->plan.bind) << "binds the slot as it is now";
 }
 
 TEST_F(StreamStartTest, RecreatedSlotFailsClosed) {
