@@ -175,6 +175,7 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
   }
   if (start_after) start = std::max(start, *start_after);
   state.session_start = start;
+  state.progressed_at = absl::Now();
 
   OpenedSession opened;
   opened.session = AddSessionLocked(consumer, std::move(options), start);
@@ -391,6 +392,7 @@ EventId ConsumerRegistry::FinishAck(const std::string& consumer, EventId id, Ses
     Consumer& state = it->second;
     --state.acks_in_flight;
     state.checkpoint = std::max(state.checkpoint, id);
+    state.progressed_at = absl::Now();
     checkpoint = state.checkpoint;
     if (state.active) state.acked += sessions_.at(state.active.get()).framer.Acked(id);
   }

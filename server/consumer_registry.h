@@ -270,12 +270,17 @@ class ConsumerRegistry {
 
   // The laggard policy's detach, in the removal's steps. LaggardToDetach: while
   // both tiers are full, the consumer holding the oldest events (nullopt when
-  // none can be detached). BeginDetach ends its session with the detach error
-  // and marks it busy; returns whether the mark must be stored (false for one
-  // that never acked: it is simply forgotten when its session closes). After
-  // AwaitAcksLanded and the durable mark, FinishDetach: it holds nothing, and
-  // Subscribe refuses it until a reset.
-  std::optional<std::string> LaggardToDetach() ABSL_LOCKS_EXCLUDED(mu_);
+  // none can be detached). It is spared while an ack of it is being stored,
+  // and while its session has been sent everything the stream holds and it
+  // subscribed or had an ack stored within kCaughtUpGrace of `now`: one event
+  // larger than the buffer fills it without anyone lagging, and the consumer
+  // that acks it last must not lose its place for it. BeginDetach ends its
+  // session with the detach error and marks it busy; returns whether the mark
+  // must be stored (false for one that never acked: it is simply forgotten
+  // when its session closes). After AwaitAcksLanded and the durable mark,
+  // FinishDetach: it holds nothing, and Subscribe refuses it until a reset.
+  std::optional<std::string> LaggardToDetach(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr absl::Duration kCaughtUpGrace = absl::Seconds(10);
   absl::StatusOr<bool> BeginDetach(const std::string& consumer, SessionList* ended)
       ABSL_LOCKS_EXCLUDED(mu_);
   void FinishDetach(const std::string& consumer, SessionList* wake) ABSL_LOCKS_EXCLUDED(mu_);
@@ -316,6 +321,8 @@ class ConsumerRegistry {
     EventId session_start;
     // Acks between their checks and their durable write.
     int acks_in_flight = 0;
+    // When it last subscribed or had an ack stored (LaggardToDetach).
+    absl::Time progressed_at = absl::InfinitePast();
     // Counters for ConsumerSnapshot.
     uint64_t delivered = 0;
     uint64_t acked = 0;

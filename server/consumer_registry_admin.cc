@@ -71,13 +71,21 @@ absl::Status ConsumerRegistry::DetachedError(const std::string& consumer,
       reason::kConsumerDetached, {{"stream", options_.stream}, {"consumer", consumer}});
 }
 
-std::optional<std::string> ConsumerRegistry::LaggardToDetach() {
+std::optional<std::string> ConsumerRegistry::LaggardToDetach(absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (!loaded_ || stopping_ || failed_ || !FullLocked()) return std::nullopt;
   const std::string* holder = LowestHolderLocked();
   if (holder == nullptr) return std::nullopt;
   const Consumer& state = consumers_.at(*holder);
   if (state.removing || state.resetting || state.detaching) return std::nullopt;
+  // Its ack is being stored and may move it off the bottom: look again once it
+  // has landed (asking now would pick it again and again until then).
+  if (state.acks_in_flight > 0) return std::nullopt;
+  // Not behind: sent everything held, and acking (or just subscribed).
+  if (state.active && now - state.progressed_at < kCaughtUpGrace &&
+      sessions_.at(state.active.get()).framer.cursor() >= buffer_.newest()) {
+    return std::nullopt;
+  }
   // Detaching the one durable consumer would free nothing (nothing is dropped
   // before some consumer has a checkpoint) and cost it its position.
   bool other_durable = false;

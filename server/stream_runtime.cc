@@ -147,13 +147,21 @@ void StreamRuntime::Start() {
                                // One at a time: the trim a detach allows may
                                // free enough; a failed store waits a tick.
                                if (std::optional<std::string> laggard =
-                                       registry_.LaggardToDetach()) {
+                                       registry_.LaggardToDetach(absl::Now())) {
                                  DetachLaggard(*laggard);
                                }
                              }});
   retention_->Start();
   supervisor_.Start();
   if (backfills_) backfills_->Start();
+}
+
+std::string StreamRuntime::FullBudget() const {
+  if (spill_ == nullptr) {
+    return absl::StrCat("buffer_bytes ", options_.buffer_bytes, " full; no state_dir to spill to");
+  }
+  return absl::StrCat("buffer_bytes ", options_.buffer_bytes, " and retention_bytes ",
+                      options_.retention.retention_bytes, " full");
 }
 
 void StreamRuntime::DetachLaggard(const std::string& consumer) {
@@ -175,14 +183,14 @@ void StreamRuntime::DetachLaggard(const std::string& consumer) {
     registry_.FinishDetach(consumer, &wake);
     WakeAll(wake);
     StreamLogger()->warn(
-        "stream {}: consumer {} detached by laggard_policy detach (retention_bytes {} full; "
-        "its checkpoint {}): it no longer holds the stream or the slot, and its Subscribe "
-        "fails until `walfeed reset-consumer` re-attaches it",
-        name(), consumer, options_.retention.retention_bytes, IdOrNone(checkpoint));
+        "stream {}: consumer {} detached by laggard_policy detach ({}; its checkpoint {}): it "
+        "no longer holds the stream or the slot, and its Subscribe fails until `walfeed "
+        "reset-consumer` re-attaches it",
+        name(), consumer, FullBudget(), IdOrNone(checkpoint));
   } else {
-    StreamLogger()->warn("stream {}: consumer {} (never acked) ended by laggard_policy detach: "
-                         "the stream's retention is full",
-                         name(), consumer);
+    StreamLogger()->warn("stream {}: consumer {} (never acked) ended by laggard_policy detach "
+                         "({})",
+                         name(), consumer, FullBudget());
   }
   source_->Wake();  // The buffer may have room again.
 }

@@ -187,6 +187,8 @@ class StreamRuntime : public replication::StreamSink {
   // registry marks it and ends its session, its acks in flight land, the mark
   // is stored, then it stops holding the stream. Blocks on the store.
   void DetachLaggard(const std::string& consumer);
+  // What is full when a laggard is detached, for its log line.
+  std::string FullBudget() const;
   // Reader thread: a chunk's high watermark committed: its READ events go to
   // the buffer for its consumer only, then the runner hears of it.
   void DeliverChunk(replication::CompletedChunk& chunk);

@@ -97,6 +97,30 @@ TEST_F(ConsumerRegistryTest, ANewConsumerGetsEverythingBufferedAndAcksMoveItsChe
   EXPECT_EQ(registry.Snapshot().buffered_events, 0u) << "acked by every consumer: trimmed";
 }
 
+TEST_F(ConsumerRegistryTest, DetachSparesAConsumerThatWasSentEverythingUntilItStopsAcking) {
+  // One event larger than the whole buffer: both tiers are full, yet no one lags.
+  ConsumerRegistry registry(Options(/*buffer_bytes=*/16));
+  registry.Load(&tracker_, {{"a", Id(0x50, 0)}, {"b", Id(0x50, 0)}}, Id(0x50, 0));
+  absl::StatusOr<OpenedSession> a = registry.Open("a", std::nullopt, {});
+  absl::StatusOr<OpenedSession> b = registry.Open("b", std::nullopt, {});
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  Deliver(registry, 0x100, 1);
+  ASSERT_FALSE(registry.HasRoom());
+  EXPECT_THAT(Drain(registry, *a->session), SizeIs(1));
+  EXPECT_THAT(Drain(registry, *b->session), SizeIs(1));
+  ASSERT_THAT(Ack(registry, *b, Id(0x100, 0)), IsOk());
+  const absl::Time now = absl::Now();
+  EXPECT_EQ(registry.LaggardToDetach(now), std::nullopt)
+      << "a holds the event, but was sent it and subscribed just now";
+  const absl::Time later = now + ConsumerRegistry::kCaughtUpGrace + absl::Seconds(1);
+  ASSERT_THAT(registry.BeginAck("a", a->session->id(), Id(0x100, 0)).status(), IsOk());
+  EXPECT_EQ(registry.LaggardToDetach(later), std::nullopt)
+      << "its ack is being stored: asked again once it lands";
+  registry.AbandonAck("a");
+  EXPECT_EQ(registry.LaggardToDetach(later), "a") << "no ack for the whole grace: it stopped";
+}
+
 TEST_F(ConsumerRegistryTest, AnIdleSessionSaysWhenItsNextProgressFrameIsDue) {
   std::vector<absl::Time> due;
   ConsumerRegistry::Options options = Options();

@@ -229,9 +229,9 @@ TEST_F(RegistrySpillTest, AFullBudgetHoldsTheStreamAndNamesTheLaggard) {
 TEST_F(RegistrySpillTest, DetachingTheLaggardFreesTheStreamUntilAResetReattachesIt) {
   std::unique_ptr<ConsumerRegistry> registry = Make(/*retention=*/20 * event_bytes_);
   const auto [fast, slow] = FastAndSlow(*registry);
-  EXPECT_EQ(registry->LaggardToDetach(), std::nullopt) << "nothing is full yet";
+  EXPECT_EQ(registry->LaggardToDetach(absl::Now()), std::nullopt) << "nothing is full yet";
   const uint64_t fed = FeedUntilFull(*registry, fast, 0x200);
-  ASSERT_EQ(registry->LaggardToDetach(), "slow");
+  ASSERT_EQ(registry->LaggardToDetach(absl::Now()), "slow");
 
   SessionList ended;
   absl::StatusOr<bool> durable = registry->BeginDetach("slow", &ended);
