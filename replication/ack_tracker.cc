@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "replication/error_reason.h"
 #include "replication/status_macros.h"
 
 namespace walfeed::replication {
@@ -120,6 +121,13 @@ absl::Status AckTracker::OnAppended(Lsn commit_lsn, uint32_t count) {
 }
 
 absl::Status AckTracker::CheckDeliveredLocked(EventId id) const {
+  if (retired_) {
+    return reason::WithReason(
+        absl::UnavailableError(absl::StrCat(
+            "the stream is being re-read from its slot: subscribe again and ack ", id.ToString(),
+            " (or what follows it) once it is delivered again")),
+        reason::kStreamRestarting);
+  }
   auto txn = std::lower_bound(
       transactions_.begin(), transactions_.end(), id.commit_lsn,
       [](const Transaction& t, Lsn lsn) { return t.commit_lsn < lsn; });
@@ -177,7 +185,14 @@ Lsn AckTracker::SafeFor(EventId ack) const {
 
 Lsn AckTracker::Confirmable() {
   absl::MutexLock lock(&mu_);
-  if (acks_.empty()) return confirmed_;
+  if (acks_.empty()) {
+    // Nothing is confirmed without a consumer, but leading transactions without
+    // events need no ack from anyone: released, or a stream waiting for its
+    // first consumer would keep a record of each (other streams' checkpoint
+    // writes, under a FOR ALL TABLES publication) for as long as it waits.
+    ReleaseLocked(std::nullopt);
+    return confirmed_;
+  }
   Lsn safe = Lsn(UINT64_MAX);
   EventId slowest = acks_.begin()->second;
   for (const auto& [name, ack] : acks_) {
@@ -185,7 +200,11 @@ Lsn AckTracker::Confirmable() {
     slowest = std::min(slowest, ack);
   }
   confirmed_ = std::max(confirmed_, safe);
-  // Release what every consumer has fully acked; what it proved safe moves to base_.
+  ReleaseLocked(slowest);
+  return confirmed_;
+}
+
+void AckTracker::ReleaseLocked(std::optional<EventId> slowest) {
   while (!transactions_.empty()) {
     const Transaction& front = transactions_.front();
     // An open transaction is never released, even when every consumer's ack is past
@@ -193,11 +212,16 @@ Lsn AckTracker::Confirmable() {
     // position that lags the acks): its remaining events and Commit still arrive.
     if (!front.committed) break;
     const bool empty_and_done = front.delivered == 0;
-    if (!empty_and_done && !FullyAcked(front, slowest)) break;
+    if (!empty_and_done && !(slowest && FullyAcked(front, *slowest))) break;
     base_ = std::max({base_, front.end_lsn, front.keepalive_after});
     transactions_.pop_front();
   }
-  return confirmed_;
+}
+
+void AckTracker::Retire() {
+  absl::MutexLock lock(&mu_);
+  retired_ = true;
+  std::deque<Transaction>().swap(transactions_);  // Frees the memory too.
 }
 
 absl::StatusOr<EventId> AckTracker::AckedBy(absl::string_view consumer) const {

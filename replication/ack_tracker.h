@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -103,6 +104,14 @@ class AckTracker {
   // Transactions delivered and not yet released; for metrics and tests.
   size_t tracked_transactions() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The run it tracked is over and the stream is read again from its slot
+  // under a new tracker: drops every transaction record (a buffer's worth or
+  // more, which a tracker kept for acks still in flight would otherwise hold
+  // for the life of the process). CheckDelivered and Ack of a new id then
+  // fail UNAVAILABLE (reason STREAM_RESTARTING): the client subscribes again
+  // and acks what it is sent then. Consumers' acks stay readable.
+  void Retire() ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Transaction {
     Lsn commit_lsn;
@@ -118,6 +127,10 @@ class AckTracker {
   static bool FullyAcked(const Transaction& txn, EventId ack);
   Lsn SafeFor(EventId ack) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckDeliveredLocked(EventId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pops the leading transactions that need no more acks: committed ones
+  // without events, and, given `slowest` (every consumer's ack), those it
+  // fully covers. What they proved safe moves to base_.
+  void ReleaseLocked(std::optional<EventId> slowest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   // Safe for every consumer: the start position, raised past released
@@ -128,6 +141,7 @@ class AckTracker {
   // Delivered transactions in receive order; commit_lsn strictly increasing.
   // Only the last may be uncommitted.
   std::deque<Transaction> transactions_ ABSL_GUARDED_BY(mu_);
+  bool retired_ ABSL_GUARDED_BY(mu_) = false;  // Retire() was called.
   // Commit LSN of the newest transaction ever begun (survives release), so
   // ordering is checked even when transactions_ is empty.
   Lsn last_commit_lsn_ ABSL_GUARDED_BY(mu_);

@@ -257,7 +257,11 @@ void StreamSupervisor::Main() {
       StreamLogger()->info("stream {}: {}", options_.stream, note);
     }
     const replication::StartPlan& plan = prepared.plan;
-    if (tracker_) retired_.push_back(std::move(tracker_));
+    if (tracker_) {
+      // Kept (an ack in flight may still use it) but emptied.
+      tracker_->Retire();
+      retired_.push_back(std::move(tracker_));
+    }
     tracker_ = std::make_unique<replication::AckTracker>(plan.start);
     {
       absl::MutexLock lock(&mu_);

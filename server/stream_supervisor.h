@@ -114,8 +114,8 @@ class StreamSupervisor {
   replication::StreamSink* const sink_;
   const Hooks hooks_;
   std::unique_ptr<replication::AckTracker> tracker_;  // Main()'s, once prepared.
-  // Trackers of earlier runs: an Ack in flight across a restart may still use
-  // one, so they live as long as the supervisor.
+  // Trackers of earlier runs, retired (emptied): an Ack in flight across a
+  // restart may still use one, so they live as long as the supervisor.
   std::vector<std::unique_ptr<replication::AckTracker>> retired_;
   std::thread thread_;
   std::thread checker_;

@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "replication/error_reason.h"
 #include "tests/testing/status_matchers.h"
 
 namespace walfeed::replication {
@@ -206,6 +207,36 @@ TEST_F(AckTrackerTest, WithoutConsumersNothingIsConfirmed) {
   Deliver(tracker_, "0/1000000", "0/1000030", 1);
   tracker_.OnKeepalive(L("0/2000000"));
   EXPECT_EQ(tracker_.Confirmable(), L("0/100000"));
+}
+
+TEST_F(AckTrackerTest, WithoutConsumersLeadingTransactionsWithoutEventsAreReleased) {
+  Deliver(tracker_, "0/1000000", "0/1000030", 0);
+  Deliver(tracker_, "0/1000100", "0/1000130", 0);
+  Deliver(tracker_, "0/1000200", "0/1000230", 1);
+  Deliver(tracker_, "0/1000300", "0/1000330", 0);
+  EXPECT_EQ(tracker_.Confirmable(), L("0/100000")) << "nothing is confirmed without a consumer";
+  EXPECT_EQ(tracker_.tracked_transactions(), 2u)
+      << "the two without events before the first event are released, nothing after it";
+  ASSERT_THAT(tracker_.AddConsumer("c", EventId{}), IsOk());
+  EXPECT_EQ(tracker_.Confirmable(), L("0/1000130")) << "up to the first event's transaction";
+  ASSERT_THAT(tracker_.Ack("c", Id("0/1000200", 0)), IsOk());
+  EXPECT_EQ(tracker_.Confirmable(), L("0/1000330"));
+}
+
+TEST_F(AckTrackerTest, ARetiredTrackerHoldsNoRecordsAndAsksForANewSubscribe) {
+  ASSERT_THAT(tracker_.AddConsumer("c", EventId{}), IsOk());
+  Deliver(tracker_, "0/1000000", "0/1000030", 2);
+  Deliver(tracker_, "0/1000100", "0/1000130", 1);
+  ASSERT_THAT(tracker_.Ack("c", Id("0/1000000", 0)), IsOk());
+  tracker_.Retire();
+  EXPECT_EQ(tracker_.tracked_transactions(), 0u);
+  EXPECT_THAT(tracker_.CheckDelivered(Id("0/1000100", 0)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("subscribe again")));
+  EXPECT_EQ(reason::ReasonOf(tracker_.CheckDelivered(Id("0/1000100", 0))),
+            reason::kStreamRestarting);
+  EXPECT_THAT(tracker_.Ack("c", Id("0/1000100", 0)), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(tracker_.Ack("c", Id("0/1000000", 0)), IsOk()) << "already covered: a no-op";
+  EXPECT_EQ(*tracker_.AckedBy("c"), Id("0/1000000", 0));
 }
 
 TEST_F(AckTrackerTest, RemovingTheSlowConsumerReleasesTheSlot) {
