@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "replication/sql_text.h"
 
@@ -149,6 +151,21 @@ absl::Status StreamConfig::Validate() const {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "tables lists ", Shown(entry), " twice"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCheckpointSchema(absl::string_view schema) {
+  if (schema.empty() || schema.size() > kMaxIdentifierBytes || absl::StrContains(schema, '\0')) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint schema \"", absl::CHexEscape(schema),
+                                                   "\" must be 1-", kMaxIdentifierBytes,
+                                                   " bytes"));
+  }
+  if (absl::StartsWith(schema, "pg_") || schema == "information_schema" || schema == "public") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint schema \"", schema,
+                     "\" is reserved or shared; walfeed needs a schema of its own, because "
+                     "the stream reader drops every change to it"));
   }
   return absl::OkStatus();
 }

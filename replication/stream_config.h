@@ -42,6 +42,12 @@ struct TableName {
 // bytes. Quoted forms (`"a.b".c`) are not accepted; errors quote the input.
 absl::StatusOr<TableName> ParseTableName(absl::string_view text);
 
+// The checkpoint store's schema: 1-63 bytes (PostgreSQL truncates longer
+// names, and the reader would filter on another one than is written to), and
+// walfeed's own (not public, information_schema or a pg_ schema), because
+// every stream reader drops the changes made in it. InvalidArgument otherwise.
+absl::Status CheckCheckpointSchema(absl::string_view schema);
+
 struct StreamConfig {
   // The stream's name as clients see it: 1-63 of [A-Za-z0-9_.-].
   std::string name;

@@ -227,7 +227,9 @@ absl::Status TokenAuthorizer::Authorize(absl::string_view authorization, Right r
                                         absl::string_view stream) const {
   WALFEED_ASSIGN_OR_RETURN(const TokenGrant* grant, Authenticate(authorization));
   const absl::string_view covers =
-      right == Right::kSubscribe ? "needed for Subscribe and Ack" : "needed for GetStatus";
+      right == Right::kSubscribe ? "needed for Subscribe and Ack"
+      : right == Right::kStatus  ? "needed for GetStatus"
+                                 : "needed for RemoveConsumer, ResetConsumer and backfills";
   if (stream.empty()) {
     if (grant->AllowsSomeStream(right)) return absl::OkStatus();
     return absl::PermissionDeniedError(absl::StrCat(

@@ -435,6 +435,10 @@ absl::Status Parser::ParseCheckpoint(const YAML::Node& node, ServerConfig& confi
   if (std::optional<YAML::Node> schema = fields.Get("schema")) {
     WALFEED_ASSIGN_OR_RETURN(config.checkpoint.schema,
                              NonEmptyString(*schema, fields.PathOf("schema"), "a schema name"));
+    if (absl::Status valid = replication::CheckCheckpointSchema(config.checkpoint.schema);
+        !valid.ok()) {
+      return Error(*schema, fields.PathOf("schema"), valid.message());
+    }
   }
   WALFEED_ASSIGN_OR_RETURN(std::optional<std::string> conninfo, Conninfo(fields));
   // An explicitly empty conninfo means the default: each stream's own database.
@@ -808,6 +812,8 @@ absl::Status CheckLogLevel(absl::string_view level) {
 absl::Status CheckAdvertiseAddress(absl::string_view address) {
   return SplitHostPort(address).status();
 }
+
+absl::Status CheckListen(absl::string_view listen) { return SplitHostPort(listen).status(); }
 
 absl::Status CheckMetricsListen(absl::string_view listen) {
   WALFEED_ASSIGN_OR_RETURN(const HostPort split, SplitHostPort(listen));

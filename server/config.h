@@ -118,6 +118,8 @@ absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text);
 absl::Status CheckLogLevel(absl::string_view level);
 // An advertise_address value: host:port.
 absl::Status CheckAdvertiseAddress(absl::string_view address);
+// The same form for the gRPC listen address (--listen).
+absl::Status CheckListen(absl::string_view listen);
 // A metrics_listen value: host:port where the host is an IP address (IPv6 in
 // brackets) or localhost, since the metrics endpoint does not resolve names.
 absl::Status CheckMetricsListen(absl::string_view listen);

@@ -27,6 +27,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "grpc/grpc.h"
+#include "replication/pg/pg_conn.h"
 #include "replication/pg/pg_stream_source.h"
 #include "server/config.h"
 #include "server/log_format.h"
@@ -62,8 +63,10 @@ Options:
                     Overrides `log.format`.
   --log-level L     trace, debug, info (default), warn or error. Overrides
                     `log.level`. gRPC's own lines follow GRPC_VERBOSITY.
-  --check-config    Parse and validate the configuration, then exit 0 (valid)
-                    or 2 (invalid, with the reason).
+  --check-config    Parse and validate the configuration and what it names
+                    (the TLS and tokens files are read, each conninfo is
+                    parsed; no connection is made), then exit 0 (valid) or 2
+                    (invalid, with the reason).
   --help            This text.
   --version         The version.
 
@@ -124,6 +127,9 @@ Flags ParseFlags(int argc, char** argv) {
       flags.config = value("--config");
     } else if (arg == "--listen" || arg.rfind("--listen=", 0) == 0) {
       flags.listen = value("--listen");
+      if (absl::Status valid = CheckListen(flags.listen); !valid.ok()) {
+        UsageError(absl::StrCat("--listen ", valid.message()));
+      }
     } else if (arg.rfind("--advertise-address", 0) == 0) {
       flags.advertise_address = value("--advertise-address");
       if (absl::Status valid = CheckAdvertiseAddress(flags.advertise_address); !valid.ok()) {
@@ -193,6 +199,27 @@ int Run(const Flags& flags) {
   if (!flags.metrics_listen.empty()) config->metrics_listen = flags.metrics_listen;
   if (!flags.advertise_address.empty()) config->advertise_address = flags.advertise_address;
   if (flags.check_config) {
+    // What Start would refuse before it listens, and what each stream would
+    // fail on at once: the files it reads, and conninfo strings libpq rejects.
+    absl::Status valid = WalfeedServer::ReadSecrets(*config).status();
+    if (valid.ok() && !config->checkpoint.conninfo.empty()) {
+      valid = replication::pg::CheckConninfo(config->checkpoint.conninfo);
+      if (!valid.ok()) {
+        valid = absl::InvalidArgumentError(absl::StrCat("checkpoint: ", valid.message()));
+      }
+    }
+    for (const replication::StreamConfig& stream : config->streams) {
+      if (!valid.ok()) break;
+      valid = replication::pg::CheckConninfo(stream.conninfo);
+      if (!valid.ok()) {
+        valid = absl::InvalidArgumentError(
+            absl::StrCat("stream ", stream.name, ": ", valid.message()));
+      }
+    }
+    if (!valid.ok()) {
+      spdlog::error("configuration {}: {}", flags.config, std::string(valid.message()));
+      return 2;
+    }
     std::cout << "configuration " << flags.config << " is valid (" << config->streams.size()
               << " stream(s))\n";
     return 0;

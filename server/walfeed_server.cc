@@ -78,30 +78,14 @@ StreamRuntime* WalfeedServer::stream(const std::string& name) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
-absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
-    ServerConfig config, replication::StreamSourceFactory sources) {
-  std::unique_ptr<WalfeedServer> server(new WalfeedServer(std::move(config)));
-  const ServerConfig& cfg = server->config_;
-
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  if (cfg.plaintext) {
-    credentials = grpc::InsecureServerCredentials();
-    if (ListensBeyondLoopback(cfg.listen)) {
-      spdlog::warn("listening on {} WITHOUT TLS beyond loopback: change data and tokens "
-                   "cross the network in clear text; configure tls",
-                   cfg.listen);
-    }
-  } else {
+absl::StatusOr<WalfeedServer::Secrets> WalfeedServer::ReadSecrets(const ServerConfig& cfg) {
+  Secrets secrets;
+  if (!cfg.plaintext) {
     absl::StatusOr<TlsFiles> files = ReadTlsFiles(*cfg.tls);
     if (!files.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("tls: ", files.status().message()));
     }
-    grpc::SslServerCredentialsOptions options(
-        files->client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                                 : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    options.pem_root_certs = files->client_ca;
-    options.pem_key_cert_pairs.push_back({files->private_key, files->cert_chain});
-    credentials = grpc::SslServerCredentials(options);
+    secrets.tls = *std::move(files);
   }
   if (cfg.auth_enabled()) {
     absl::StatusOr<TokenAuthorizer> loaded = TokenAuthorizer::Load(cfg.tokens_file);
@@ -114,7 +98,37 @@ absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
     if (absl::Status known = loaded->CheckStreamsConfigured(names); !known.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("auth.tokens_file: ", known.message()));
     }
-    server->authorizer_ = std::move(*loaded);
+    secrets.tokens = *std::move(loaded);
+  }
+  return secrets;
+}
+
+absl::StatusOr<std::unique_ptr<WalfeedServer>> WalfeedServer::Start(
+    ServerConfig config, replication::StreamSourceFactory sources) {
+  absl::StatusOr<Secrets> secrets = ReadSecrets(config);
+  if (!secrets.ok()) return secrets.status();
+  std::unique_ptr<WalfeedServer> server(new WalfeedServer(std::move(config)));
+  const ServerConfig& cfg = server->config_;
+
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (!secrets->tls) {
+    credentials = grpc::InsecureServerCredentials();
+    if (ListensBeyondLoopback(cfg.listen)) {
+      spdlog::warn("listening on {} WITHOUT TLS beyond loopback: change data and tokens "
+                   "cross the network in clear text; configure tls",
+                   cfg.listen);
+    }
+  } else {
+    const TlsFiles& files = *secrets->tls;
+    grpc::SslServerCredentialsOptions options(
+        files.client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    options.pem_root_certs = files.client_ca;
+    options.pem_key_cert_pairs.push_back({files.private_key, files.cert_chain});
+    credentials = grpc::SslServerCredentials(options);
+  }
+  if (secrets->tokens) {
+    server->authorizer_ = std::move(secrets->tokens);
   } else {
     spdlog::warn("no auth.tokens_file configured: every client may subscribe, ack, read "
                  "status and remove consumers");

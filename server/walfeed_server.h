@@ -46,6 +46,15 @@ class WalfeedServer {
   static absl::StatusOr<std::unique_ptr<WalfeedServer>> Start(
       ServerConfig config, replication::StreamSourceFactory sources);
 
+  // What Start reads from files before it listens: the TLS files and the
+  // tokens file (which must name only configured streams). --check-config
+  // runs it too, so that it finds what Start would refuse.
+  struct Secrets {
+    std::optional<TlsFiles> tls;             // Unset with plaintext.
+    std::optional<TokenAuthorizer> tokens;   // Unset without auth.tokens_file.
+  };
+  static absl::StatusOr<Secrets> ReadSecrets(const ServerConfig& config);
+
   // Shuts down gracefully if still running.
   ~WalfeedServer();
   WalfeedServer(const WalfeedServer&) = delete;

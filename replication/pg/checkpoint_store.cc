@@ -11,13 +11,10 @@
 #include "absl/strings/str_replace.h"
 #include "replication/retry.h"
 #include "replication/status_macros.h"
+#include "replication/stream_config.h"
 
 namespace walfeed::replication::pg {
 namespace {
-
-// NAMEDATALEN - 1: PostgreSQL silently truncates longer identifiers, which would
-// make the schema the reader filters on differ from the one written to.
-constexpr size_t kMaxSchemaBytes = 63;
 
 // SQLSTATEs a concurrent creator of the same objects can cause even with
 // IF NOT EXISTS (both sides pass the existence check, one loses on the catalog's
@@ -184,17 +181,7 @@ PgCheckpointStore::PgCheckpointStore(Options options)
       backfill_table_(absl::StrCat(QuoteIdentifier(options_.schema), ".backfill_chunks")) {}
 
 absl::StatusOr<std::unique_ptr<PgCheckpointStore>> PgCheckpointStore::Open(Options options) {
-  const std::string& schema = options.schema;
-  if (schema.empty() || schema.size() > kMaxSchemaBytes || absl::StrContains(schema, '\0')) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint schema \"", schema, "\" must be 1-", kMaxSchemaBytes, " bytes"));
-  }
-  if (absl::StartsWith(schema, "pg_") || schema == "information_schema" || schema == "public") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint schema \"", schema,
-                     "\" is reserved or shared; walfeed needs a schema of its own, because "
-                     "the stream reader drops every change to it"));
-  }
+  WALFEED_RETURN_IF_ERROR(CheckCheckpointSchema(options.schema));
   std::unique_ptr<PgCheckpointStore> store(new PgCheckpointStore(std::move(options)));
   WALFEED_RETURN_IF_ERROR(store->EnsureConnected());
   WALFEED_RETURN_IF_ERROR(store->CreateSchema());

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "replication/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace walfeed::replication::pg {
@@ -158,7 +159,27 @@ PgConnPtr StartConnect(absl::string_view conninfo, ConnectionKind kind) {
   return conn;
 }
 
+absl::Status CheckConninfo(absl::string_view conninfo) {
+  const std::string text(conninfo);
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(text.c_str(), &error);
+  if (options != nullptr) {
+    PQconninfoFree(options);
+    return absl::OkStatus();
+  }
+  std::string why = error != nullptr ? std::string(absl::StripAsciiWhitespace(error)) : "";
+  if (error != nullptr) PQfreemem(error);
+  // libpq's other messages may quote a piece of the string.
+  if (!absl::StartsWith(why, "invalid connection option")) {
+    why = "it is neither key=value pairs nor a postgresql:// URI libpq can parse";
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the conninfo is not a valid libpq connection string: ", why,
+      " (https://www.postgresql.org/docs/15/libpq-connect.html#LIBPQ-CONNSTRING)"));
+}
+
 absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind) {
+  WALFEED_RETURN_IF_ERROR(CheckConninfo(conninfo));
   const std::string conninfo_str(conninfo);
   const ConnectParams params(conninfo_str, kind);
   const std::vector<const char*>& keys = params.keys;

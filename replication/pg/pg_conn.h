@@ -45,6 +45,11 @@ enum class ConnectionKind {
 // "walfeed", connect_timeout to 10 s, and TCP keepalives / tcp_user_timeout bound
 // a silent peer (see pg_conn.cc), unless the conninfo sets them.
 absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind);
+// Whether libpq takes `conninfo` (key=value pairs or a postgresql:// URI), as
+// Connect checks first: an unknown option or a malformed string is a
+// configuration error (InvalidArgument) that no retry cures. The message names
+// an unknown option's key but never quotes the string (it may hold a password).
+absl::Status CheckConninfo(absl::string_view conninfo);
 // The same defaults, but only begun (PQconnectStartParams): the caller drives
 // PQconnectPoll and bounds the time itself. Errors are verbose. Null when out
 // of memory; check PQstatus for CONNECTION_BAD.

@@ -67,6 +67,10 @@ TEST(AuthTest, AuthorizesRightsPerStream) {
               StatusIs(kDenied, HasSubstr("does not grant \"status\" (needed for GetStatus) on "
                                           "stream \"orders\"")));
 
+  EXPECT_THAT(authorizer.Authorize(Bearer(kOrdersToken), Right::kAdmin, "orders"),
+              StatusIs(kDenied, HasSubstr("does not grant \"admin\" (needed for RemoveConsumer, "
+                                          "ResetConsumer and backfills) on stream \"orders\"")));
+
   EXPECT_THAT(authorizer.Authorize(Bearer(kMonitorToken), Right::kStatus, "anything"), IsOk());
   EXPECT_THAT(authorizer.Authorize(Bearer(kMonitorToken), Right::kSubscribe, "orders"),
               StatusIs(kDenied, HasSubstr("\"subscribe\"")));

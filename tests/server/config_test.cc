@@ -375,6 +375,16 @@ TEST(ConfigTest, MetricsListenAndLoggingAreReadAndChecked) {
               StatusIs(kInvalid, HasSubstr("log.colour")));
 }
 
+TEST(ConfigTest, TheCheckpointSchemaMustBeWalfeedsOwn) {
+  for (const char* schema : {"public", "pg_catalog", "information_schema"}) {
+    SCOPED_TRACE(schema);
+    EXPECT_THAT(Parse(absl::StrCat(kValid, "checkpoint:\n  schema: ", schema, "\n")),
+                StatusIs(kInvalid, AllOf(HasSubstr("checkpoint.schema: "),
+                                         HasSubstr("is reserved or shared"))));
+  }
+  EXPECT_THAT(Parse(absl::StrCat(kValid, "checkpoint:\n  schema: walfeed_ckpt\n")), IsOk());
+}
+
 TEST(ConfigTest, StreamsAreRequiredAndNamedUniquely) {
   EXPECT_THAT(Parse("listen: \"127.0.0.1:1\"\nplaintext: true\n"),
               StatusIs(kInvalid, HasSubstr("streams: missing")));

@@ -171,11 +171,48 @@ TEST_F(DeployFilesTest, TheKubernetesManifestsRunWhatTheServerAccepts) {
   EXPECT_THAT(authorizer->CheckStreamsConfigured(streams), IsOk());
   // The tokens file path in the config is where the Secret is mounted.
   EXPECT_EQ(parsed->tokens_file, "/etc/walfeed/secret/tokens");
-  // --check-config reads no tokens file: point it elsewhere for the check.
+  // --check-config reads the tokens file: the Secret's, where this test wrote it.
+  const std::string tokens_file = ::testing::TempDir() + "deploy_files_test.tokens";
+  std::ofstream(tokens_file) << tokens;
   ExpectServerAccepts(args,
                       absl::StrReplaceAll(config, {{"tokens_file: /etc/walfeed/secret/tokens",
-                                                    "tokens_file: /dev/null"}}),
+                                                    absl::StrCat("tokens_file: ", tokens_file)}}),
                       "Deployment");
+}
+
+// --check-config finds what the server would refuse at start, or a stream
+// would fail on at once, not only what the file's schema says.
+TEST_F(DeployFilesTest, CheckConfigRefusesWhatTheServerWouldRefuse) {
+  const std::string config = ::testing::TempDir() + "check_config_test.yaml";
+  auto check = [&](const std::string& text, std::vector<std::string> extra = {}) {
+    std::ofstream(config) << text;
+    std::vector<std::string> argv = {WALFEED_SERVER_BINARY, "--config", config, "--check-config"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunCommand(argv);
+  };
+  const std::string stream = R"(streams:
+  - name: orders
+    conninfo: "host=db dbname=shop"
+    slot: walfeed_orders
+    publications: [walfeed_orders]
+)";
+  const std::string valid = absl::StrCat("listen: \"127.0.0.1:50051\"\nplaintext: true\n", stream);
+  Outcome outcome = check(valid);
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+
+  outcome = check(absl::StrCat(valid, "auth:\n  tokens_file: /nonexistent/walfeed-tokens\n"));
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("auth.tokens_file: tokens file: cannot open"));
+
+  outcome = check(absl::StrReplaceAll(valid, {{"dbname=shop", "dbname=shop bogus=1"}}));
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_THAT(outcome.output,
+              HasSubstr("stream orders: the conninfo is not a valid libpq connection string: "
+                        "invalid connection option \"bogus\""));
+
+  outcome = check(valid, {"--listen", "nonsense"});
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("--listen \"nonsense\" has no port"));
 }
 
 TEST_F(DeployFilesTest, TheDockerfileUsesTheTestedScripts) {

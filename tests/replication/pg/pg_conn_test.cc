@@ -93,6 +93,22 @@ TEST(PgConnUnitTest, ConnectionFailuresAreClassifiedBySqlStateNotWording) {
   EXPECT_THAT(StatusFromConnectionMessage("", "c"), StatusIs(absl::StatusCode::kUnavailable));
 }
 
+TEST(PgConnUnitTest, AConninfoLibpqRejectsIsAConfigurationErrorThatQuotesNoValue) {
+  EXPECT_THAT(CheckConninfo("host=db dbname=shop"), IsOk());
+  EXPECT_THAT(CheckConninfo("postgresql://walfeed@db:5432/shop"), IsOk());
+  EXPECT_THAT(CheckConninfo(""), IsOk()) << "libpq's defaults";
+  EXPECT_THAT(CheckConninfo("host=db bogus=1"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("invalid connection option \"bogus\"")));
+  const absl::Status malformed = CheckConninfo("host=db password='s3cret");
+  EXPECT_THAT(malformed, StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("not a valid libpq connection string")));
+  EXPECT_THAT(std::string(malformed.message()), Not(HasSubstr("s3cret")));
+  EXPECT_THAT(Connect("host=db bogus=1", ConnectionKind::kSql).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument))
+      << "definite, not retried as UNAVAILABLE";
+}
+
 TEST(PgConnUnitTest, Quoting) {
   EXPECT_EQ(QuoteIdentifier("My\"Slot"), "\"My\"\"Slot\"");
   EXPECT_EQ(QuoteLiteral("it's \\ fine"), "'it''s \\ fine'");
