@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -100,6 +101,13 @@ absl::Status PgReplicationConnection::StreamEndStatus() {
     const ExecStatusType s = PQresultStatus(raw);
     if (s == PGRES_FATAL_ERROR || s == PGRES_NONFATAL_ERROR) {
       status = StatusFromResult(raw, "replication stream");
+      // Where decoding failed ("slot ..., output plugin ..., associated LSN ..."),
+      // which names the point an operator must get the slot past.
+      const char* context = PQresultErrorField(raw, PG_DIAG_CONTEXT);
+      if (context != nullptr && *context != '\0') {
+        status = absl::Status(status.code(), absl::StrCat(status.message(), "; context: ",
+                                                          absl::StripAsciiWhitespace(context)));
+      }
     }
   }
   if (status.ok() && PQstatus(conn_.get()) == CONNECTION_BAD) {

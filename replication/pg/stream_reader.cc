@@ -9,6 +9,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "replication/copy_data.h"
 #include "replication/pg/replication_connection.h"
@@ -19,6 +20,36 @@
 #include "replication/status_macros.h"
 
 namespace walfeed::replication::pg {
+namespace {
+
+// A publication dropped (and perhaps created again) while the slot still had
+// changes to decode: PostgreSQL 15's pgoutput looks publications up as of each
+// change, so the walsender fails at the same change on every reconnect. The
+// error alone names neither the cause nor the way out.
+absl::Status ExplainMissingPublication(const absl::Status& status, const ReaderOptions& options) {
+  const absl::string_view message = status.message();
+  if (status.code() != absl::StatusCode::kNotFound || !absl::StrContains(message, "publication \"") ||
+      !absl::StrContains(message, "does not exist") ||
+      !absl::StrContains(message, "output plugin")) {
+    return status;
+  }
+  return absl::Status(
+      status.code(),
+      absl::StrCat(
+          message, ". A publication the stream reads was dropped (and perhaps created again) "
+          "while slot \"", options.slot_name, "\" still had changes to decode; PostgreSQL "
+          "looks publications up as of each change, so it cannot stream the changes from the "
+          "drop until the publication existed again. To go on, accepting that gap: make sure "
+          "the publication exists, then, with this stream stopped, SELECT "
+          "pg_replication_slot_advance(", QuoteLiteral(options.slot_name),
+          ", pg_current_wal_lsn()); DELETE FROM ", QuoteIdentifier(options.excluded_schema),
+          ".stream_checkpoints WHERE stream = ", QuoteLiteral(options.stream_name),
+          "; and restart walfeed; re-sync what consumers missed from the tables. Never drop a "
+          "publication a stream still reads (docs/operations.md)"));
+}
+
+}  // namespace
+
 std::unique_ptr<ReplicationOpener> MakePgOpener(const ReaderOptions& options) {
   return std::make_unique<PgReplicationOpener>(PgReplicationOpener::Options{
       options.stream_name, options.conninfo, options.slot_name, options.publication_names,
@@ -97,6 +128,14 @@ void StreamReader::PublishCounts() {
   stats_.redelivered_dropped = gate.redelivered_dropped;
   stats_.below_checkpoint = gate.below_checkpoint;
   stats_.non_transactional_messages = gate.non_transactional_messages;
+  if (gate.non_transactional_messages > 0 && !skipped_message_logged_) {
+    skipped_message_logged_ = true;
+    ReplicationLogger()->info(
+        "stream {}: skipped a non-transactional logical message (pg_logical_emit_message(false, "
+        "...)): walfeed delivers only transactional ones, whose commit gives them an id; "
+        "walfeed_stream_skipped_messages_total counts them (logged once)",
+        options_.stream_name);
+  }
   pending_ = PendingCounts{};
 }
 
@@ -122,6 +161,7 @@ absl::Status StreamReader::RunSessions() {
     sink_->OnDrained();
     if (stop_.load()) return absl::OkStatus();
     if (!IsTransient(status)) {
+      status = ExplainMissingPublication(status, options_);
       ReplicationLogger()->error("stream {}: stopped: {}", options_.stream_name, status.ToString());
       return status;
     }

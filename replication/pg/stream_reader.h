@@ -238,6 +238,7 @@ class StreamReader {
   PendingCounts pending_;
   // Adds pending_ (and the gate's drop counts) to stats_ and clears it.
   void PublishCounts();
+  bool skipped_message_logged_ = false;  // The first skipped logical message was logged.
 
   mutable absl::Mutex stats_mu_;
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);

@@ -45,6 +45,10 @@ void AddStream(const RuntimeSnapshot& s, const SlotMonitor::View& view, FamilyBu
   out.Counter("walfeed_stream_wal_bytes_total",
               "pgoutput message bytes received from PostgreSQL.", stream,
               static_cast<double>(s.reader.wal_bytes));
+  out.Counter("walfeed_stream_skipped_messages_total",
+              "Non-transactional logical messages skipped (only transactional ones are "
+              "delivered).",
+              stream, static_cast<double>(s.reader.non_transactional_messages));
   out.Counter("walfeed_stream_reconnects_total",
               "Replication connections that started streaming after the first.", stream,
               static_cast<double>(s.connections > 0 ? s.connections - 1 : 0));

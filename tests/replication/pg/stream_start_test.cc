@@ -318,6 +318,51 @@ TEST_F(StreamStartTest, SlotDroppedWhileStreamingStopsTheReader) {
   EXPECT_EQ(SlotCount(), 0);
 }
 
+// A publication dropped while the slot still had changes to decode, even if
+// created again: PostgreSQL fails at the same change on every reconnect. The
+// reader stops with the error, the cause and the way out, and the way out works.
+TEST_F(StreamStartTest, ADroppedPublicationStopsTheReaderNamingTheWayOut) {
+  {
+    absl::StatusOr<PreparedStream> prepared = Prepare();
+    ASSERT_THAT(prepared, IsOk());
+    AckTracker tracker(prepared->plan.start);
+    CollectingSink sink;
+    CommittedConfirmedStore confirmed(committer_.get(), "orders");
+    RunningReader reader(Options(*prepared), &tracker, &sink, &confirmed, prepared->plan.start);
+    ASSERT_TRUE(sink.WaitForConnections(1));
+    ASSERT_THAT(pg_->Exec("DROP PUBLICATION pub"), IsOk());
+    ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (1, 'lost')"), IsOk());
+    ASSERT_THAT(pg_->Exec("CREATE PUBLICATION pub FOR TABLE t"), IsOk());
+    ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (2, 'lost too')"), IsOk());
+    ASSERT_TRUE(reader.WaitForExit());
+    EXPECT_THAT(
+        reader.result(),
+        StatusIs(absl::StatusCode::kNotFound,
+                 AllOf(HasSubstr("publication \"pub\" does not exist"),
+                       HasSubstr("associated LSN"),
+                       HasSubstr("SELECT pg_replication_slot_advance('s', pg_current_wal_lsn())"),
+                       HasSubstr("DELETE FROM \"walfeed\".stream_checkpoints WHERE stream = "
+                                 "'orders'"))));
+    EXPECT_THAT(sink.events(), ::testing::IsEmpty());
+  }
+  // The way out the message names (the walsender lets go of the slot shortly).
+  ASSERT_TRUE(WaitUntil(
+      [&] { return pg_->Exec("SELECT pg_replication_slot_advance('s', pg_current_wal_lsn())").ok(); },
+      kDeadline));
+  ASSERT_THAT(pg_->Exec("DELETE FROM \"walfeed\".stream_checkpoints WHERE stream = 'orders'"),
+              IsOk());
+  absl::StatusOr<PreparedStream> prepared = Prepare();
+  ASSERT_THAT(prepared, IsOk());
+  AckTracker tracker(prepared->plan.start);
+  CollectingSink sink;
+  CommittedConfirmedStore confirmed(committer_.get(), "orders");
+  RunningReader reader(Options(*prepared), &tracker, &sink, &confirmed, prepared->plan.start);
+  ASSERT_THAT(pg_->Exec("INSERT INTO t VALUES (3, 'streamed')"), IsOk());
+  ASSERT_TRUE(sink.WaitForEvents(1));
+  EXPECT_EQ(sink.events()[0].new_tuple.columns[0].data, "3");
+  EXPECT_THAT(reader.Stop(), IsOk());
+}
+
 class StartUpConnectionsTest : public StreamStartTest {
  protected:
   void SetUp() override { StartCluster({{"log_connections", "on"}}); }
