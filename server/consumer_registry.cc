@@ -119,6 +119,21 @@ absl::StatusOr<OpenedSession> ConsumerRegistry::Open(const std::string& consumer
     return reason::WithReason(absl::UnavailableError("walfeed-server is stopping"),
                               reason::kServerStopping);
   if (!loaded_) return options_.not_ready();
+  if (start_after) {
+    // An id past the newest WAL PostgreSQL has reported cannot be an event's
+    // yet: a typo, or an id from another database. Accepted, it would wait
+    // silently until the WAL got there. (Unknown before the first message.)
+    const replication::Lsn wal_end = options_.server_wal_end();
+    if (wal_end.valid() && start_after->commit_lsn > wal_end) {
+      return reason::WithReason(
+          absl::InvalidArgumentError(absl::StrCat(
+              "start_after ", start_after->ToString(), " is beyond the newest WAL position of "
+              "stream \"", options_.stream, "\"'s database (", wal_end.ToString(),
+              "): it is no event's id; give an id walfeed delivered, or leave start_after "
+              "empty")),
+          reason::kInvalidRequest, {{"field", "start_after"}});
+    }
+  }
   if (options.ephemeral) {
     if (start_after && *start_after < floor_) {
       return reason::WithReason(

@@ -121,6 +121,23 @@ TEST_F(ConsumerRegistryTest, DetachSparesAConsumerThatWasSentEverythingUntilItSt
   EXPECT_EQ(registry.LaggardToDetach(later), "a") << "no ack for the whole grace: it stopped";
 }
 
+TEST_F(ConsumerRegistryTest, StartAfterBeyondTheNewestWalIsRefused) {
+  ConsumerRegistry registry(Options());  // PostgreSQL's WAL ends at 0/9000.
+  registry.Load(&tracker_, {}, EventId{});
+  for (bool ephemeral : {false, true}) {
+    SCOPED_TRACE(ephemeral);
+    SessionOptions options;
+    options.ephemeral = ephemeral;
+    EXPECT_THAT(registry.Open("a", Id(0xFFFF0000, 0), options).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("start_after 0/FFFF0000:0 is beyond the newest WAL "
+                                         "position"),
+                               HasSubstr("0/9000"))));
+  }
+  EXPECT_THAT(registry.Snapshot().consumers, IsEmpty()) << "a refusal registers nothing";
+  EXPECT_THAT(registry.Open("a", Id(0x8000, 0), {}).status(), IsOk());
+}
+
 TEST_F(ConsumerRegistryTest, AnIdleSessionSaysWhenItsNextProgressFrameIsDue) {
   std::vector<absl::Time> due;
   ConsumerRegistry::Options options = Options();
