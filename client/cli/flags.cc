@@ -563,7 +563,15 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
     invocation.command = Command::kBackfill;
     return invocation;
   }
-  return Usage(absl::StrCat("unknown command \"", command, "\""));
+  return Usage(absl::StrCat("unknown command \"", command,
+                            "\" (commands: tail, status, remove-consumer, reset-consumer, "
+                            "backfill, help, version)"));
+}
+
+std::string HelpCommandFor(const std::vector<std::string>& args) {
+  // UsageFor knows each command's own help; anything else gets the main one.
+  if (args.empty() || UsageFor({args[0]}) == MainUsage()) return "walfeed --help";
+  return absl::StrCat("walfeed ", args[0], " --help");
 }
 
 }  // namespace walfeed::cli

@@ -126,6 +126,9 @@ struct Invocation {
 // A usage error: InvalidArgument whose message says what is wrong; UsageFor
 // gives the text to show under it.
 absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args);
+// Where a usage error points: "walfeed <command> --help" for a command that
+// has its own help, else "walfeed --help".
+std::string HelpCommandFor(const std::vector<std::string>& args);
 
 // Help texts.
 std::string MainUsage();

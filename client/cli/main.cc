@@ -81,7 +81,12 @@ absl::StatusOr<SubscriberOptions> Connection(const CommonFlags& common) {
 }
 
 int Fail(const absl::Status& status) {
-  std::cerr << "walfeed: " << status.message() << "\n";
+  std::cerr << "walfeed: " << status.message();
+  // The server's message says what a token is; this says how the CLI sends one.
+  if (status.code() == absl::StatusCode::kUnauthenticated) {
+    std::cerr << " (walfeed sends the first line of --token-file FILE, else $WALFEED_TOKEN)";
+  }
+  std::cerr << "\n";
   return ExitCodeFor(status);
 }
 
@@ -507,8 +512,7 @@ int Main(int argc, char** argv) {
   if (!invocation.ok()) {
     // The one line that says what is wrong, and where the rest is.
     std::cerr << "walfeed: " << invocation.status().message() << "\n"
-              << "see `walfeed " << (args.empty() ? std::string("--help") : args[0] + " --help")
-              << "`" << std::endl;
+              << "see `" << HelpCommandFor(args) << "`" << std::endl;
     return kExitUsage;
   }
   QuietGrpcLog();

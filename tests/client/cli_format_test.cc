@@ -351,10 +351,17 @@ TEST(FlagsTest, ParsesTail) {
   EXPECT_EQ(tail.timeout, absl::Milliseconds(1500));
 }
 
+TEST(FlagsTest, AUsageErrorPointsAtHelpThatExists) {
+  EXPECT_EQ(HelpCommandFor({"tail", "--bogus"}), "walfeed tail --help");
+  EXPECT_EQ(HelpCommandFor({"reset-consumer"}), "walfeed reset-consumer --help");
+  EXPECT_EQ(HelpCommandFor({"frobnicate"}), "walfeed --help");
+  EXPECT_EQ(HelpCommandFor({}), "walfeed --help");
+}
+
 TEST(FlagsTest, RefusesBadUsageWithAReason) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{}, "no command"},
-      {{"frobnicate"}, "unknown command"},
+      {{"frobnicate"}, "unknown command \"frobnicate\" (commands: tail, status,"},
       {{"tail", "--consumer", "c"}, "--stream is required"},
       {{"tail", "--stream", "s", "--ack"}, "--ack needs --consumer"},
       {{"tail", "--stream", "s", "--start", "latest"}, "--start needs --consumer"},

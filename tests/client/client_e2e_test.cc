@@ -1009,6 +1009,8 @@ TEST_F(ClientE2eTest, TlsAndBearerTokensWorkForSubscribeAckAndStatus) {
   args.resize(args.size() - 2);  // Without the token.
   Child anonymous(args, dir_, "anonymous-status");
   EXPECT_EQ(anonymous.WaitForExit(), 4) << anonymous.err();
+  EXPECT_THAT(anonymous.err(), HasSubstr("--token-file FILE, else $WALFEED_TOKEN"))
+      << "says how the CLI sends a token";
 }
 
 }  // namespace
