@@ -7,8 +7,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -105,8 +107,13 @@ absl::Status PgReplicationConnection::StreamEndStatus() {
       // which names the point an operator must get the slot past.
       const char* context = PQresultErrorField(raw, PG_DIAG_CONTEXT);
       if (context != nullptr && *context != '\0') {
-        status = absl::Status(status.code(), absl::StrCat(status.message(), "; context: ",
-                                                          absl::StripAsciiWhitespace(context)));
+        absl::Status with_context(status.code(), absl::StrCat(status.message(), "; context: ",
+                                                              absl::StripAsciiWhitespace(context)));
+        // Keeps the SQLSTATE (a payload) that callers classify by.
+        status.ForEachPayload([&](absl::string_view key, const absl::Cord& value) {
+          with_context.SetPayload(key, value);
+        });
+        status = std::move(with_context);
       }
     }
   }

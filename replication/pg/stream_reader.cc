@@ -27,10 +27,10 @@ namespace {
 // change, so the walsender fails at the same change on every reconnect. The
 // error alone names neither the cause nor the way out.
 absl::Status ExplainMissingPublication(const absl::Status& status, const ReaderOptions& options) {
+  // undefined_object while streaming, from the output plugin's publication
+  // lookup (the slot's own absence is caught before START_REPLICATION).
   const absl::string_view message = status.message();
-  if (status.code() != absl::StatusCode::kNotFound || !absl::StrContains(message, "publication \"") ||
-      !absl::StrContains(message, "does not exist") ||
-      !absl::StrContains(message, "output plugin")) {
+  if (SqlStateOf(status) != "42704" || !absl::StrContains(message, "publication \"")) {
     return status;
   }
   return absl::Status(
