@@ -107,11 +107,13 @@ absl::StatusOr<bool> LeaderLock::TryAcquire() {
     return false;
   }
   if (!held_) return false;
-  // A walsender of a walfeed session still on the slot is a deposed leader's
-  // (this instance was not streaming): end it instead of waiting for
+  // A walsender under this stream's name still on the slot is a deposed
+  // leader's (this instance was not streaming): end it instead of waiting for
   // wal_sender_timeout, and wait (up to 3 s) until it is gone, so the slot is
-  // free when this instance starts streaming. A foreign client on walfeed's
-  // slot is left alone. The functions behind the views pg_replication_slots
+  // free when this instance starts streaming. Any other client on the slot is
+  // left alone, another stream's too: ending it would hand this stream a slot
+  // the start then refuses as shared (SLOT_SHARED), and cost the other stream
+  // a reconnect. The functions behind the views pg_replication_slots
   // and pg_stat_activity: on the new session's cold catalog cache, expanding
   // the views took about 10 ms of a start-up's critical path, the functions
   // about 3.5.
@@ -121,8 +123,8 @@ absl::StatusOr<bool> LeaderLock::TryAcquire() {
            "FROM pg_get_replication_slots() s "
            "CROSS JOIN LATERAL pg_stat_get_activity(s.active_pid) a "
            "WHERE s.slot_name = $1 AND s.active_pid IS NOT NULL AND a.pid = s.active_pid "
-           "AND a.backend_type = 'walsender' AND a.application_name LIKE 'walfeed%'",
-           {options_.slot_name});
+           "AND a.backend_type = 'walsender' AND a.application_name = $2",
+           {options_.slot_name, options_.walsender_name});
   if (!ended.ok()) {
     spdlog::warn("{}: could not end the previous leader's walsender on slot {}: {}",
                  options_.key, options_.slot_name, ended.status().ToString());

@@ -48,16 +48,20 @@ class LeaderLock {
     // Where clients reach this instance ("" when unknown), asked on connect.
     std::function<std::string()> advertise;
     std::string slot_name;  // The stream's slot (see TryAcquire).
+    // The application_name of the stream's walsenders (StreamWalsenderName).
+    std::string walsender_name;
   };
   explicit LeaderLock(Options options) : options_(std::move(options)) {}
   LeaderLock(const LeaderLock&) = delete;
   LeaderLock& operator=(const LeaderLock&) = delete;
 
   // Tries once. True when this instance holds the lock (now or already). On
-  // acquiring it, a walsender still holding the slot for a walfeed session
-  // belongs to a deposed instance: it is terminated, so the new leader need
-  // not wait for wal_sender_timeout. Errors: the database's (transient ones
-  // are retried by the caller).
+  // acquiring it, a walsender still holding the slot under the stream's own
+  // walsender_name belongs to a deposed instance: it is terminated, so the new
+  // leader need not wait for wal_sender_timeout. Any other walsender on the
+  // slot (another stream's, misconfigured onto the same slot, or a foreign
+  // client) is left alone: the stream's start refuses to share the slot.
+  // Errors: the database's (transient ones are retried by the caller).
   absl::StatusOr<bool> TryAcquire();
   // OK while the lock is held and PostgreSQL answered within kCheckTimeout;
   // otherwise the lock counts as lost (the connection is closed) and the error

@@ -1,12 +1,14 @@
 #include "replication/pg/pg_conn.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "replication/status_macros.h"
@@ -130,11 +132,12 @@ void LogNotice(void*, const char* message) {
 // connection (tcp_user_timeout); a connect gives up after 10 s. (Ignored for
 // Unix sockets.)
 struct ConnectParams {
-  ConnectParams(const std::string& conninfo, ConnectionKind kind)
+  ConnectParams(const std::string& conninfo, ConnectionKind kind,
+                const std::string& application_name)
       : keys{"application_name", "connect_timeout",     "keepalives",
              "keepalives_idle",  "keepalives_interval", "keepalives_count",
              "tcp_user_timeout", "dbname"},
-        values{"walfeed", "10", "1", "10", "5", "3", "30000", conninfo.c_str()} {
+        values{application_name.c_str(), "10", "1", "10", "5", "3", "30000", conninfo.c_str()} {
     if (kind == ConnectionKind::kReplication) {
       keys.push_back("replication");
       values.push_back("database");
@@ -149,7 +152,8 @@ struct ConnectParams {
 
 PgConnPtr StartConnect(absl::string_view conninfo, ConnectionKind kind) {
   const std::string conninfo_str(conninfo);
-  const ConnectParams params(conninfo_str, kind);
+  const std::string application_name(kDefaultApplicationName);
+  const ConnectParams params(conninfo_str, kind, application_name);
   PgConnPtr conn(PQconnectStartParams(params.keys.data(), params.values.data(),
                                       /*expand_dbname=*/1));
   if (conn != nullptr && PQstatus(conn.get()) != CONNECTION_BAD) {
@@ -178,10 +182,35 @@ absl::Status CheckConninfo(absl::string_view conninfo) {
       " (https://www.postgresql.org/docs/15/libpq-connect.html#LIBPQ-CONNSTRING)"));
 }
 
-absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind) {
+std::string StreamWalsenderName(absl::string_view checkpoint_schema, absl::string_view stream) {
+  std::string name = absl::StrCat(kDefaultApplicationName, " ", checkpoint_schema, "/", stream);
+  // PostgreSQL stores what it is given only when it is printable ASCII within
+  // NAMEDATALEN - 1 bytes (others it rewrites or cuts, and the name must match
+  // what it shows). Distinct names must stay distinct, and every instance must
+  // compute the same one: otherwise a readable start, then FNV-1a of the whole
+  // (absl's hash is seeded per process).
+  constexpr size_t kMax = 63;
+  uint64_t fnv = 14695981039346656037ull;
+  bool printable = true;
+  for (const unsigned char c : name) {
+    fnv = (fnv ^ c) * 1099511628211ull;
+    printable = printable && c >= 0x20 && c < 0x7f;
+  }
+  if (printable && name.size() <= kMax) return name;
+  const std::string hash = absl::StrFormat("%016x", fnv);
+  for (char& c : name) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  }
+  name.resize(std::min(name.size(), kMax - hash.size() - 1));
+  return absl::StrCat(name, "~", hash);
+}
+
+absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind,
+                                  absl::string_view application_name) {
   WALFEED_RETURN_IF_ERROR(CheckConninfo(conninfo));
   const std::string conninfo_str(conninfo);
-  const ConnectParams params(conninfo_str, kind);
+  const std::string application_name_str(application_name);
+  const ConnectParams params(conninfo_str, kind, application_name_str);
   const std::vector<const char*>& keys = params.keys;
   const std::vector<const char*>& values = params.values;
   // One blocking connect, with libpq's own handling of several hosts and

@@ -44,7 +44,15 @@ enum class ConnectionKind {
 // conninfo itself) and sslmode is honoured as given. application_name defaults to
 // "walfeed", connect_timeout to 10 s, and TCP keepalives / tcp_user_timeout bound
 // a silent peer (see pg_conn.cc), unless the conninfo sets them.
-absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind);
+// `application_name` replaces that default (a conninfo that sets one still wins).
+inline constexpr char kDefaultApplicationName[] = "walfeed";
+absl::StatusOr<PgConnPtr> Connect(absl::string_view conninfo, ConnectionKind kind,
+                                  absl::string_view application_name = kDefaultApplicationName);
+// The application_name of the walsenders through which a stream reads its slot:
+// "walfeed <checkpoint schema>/<stream>", cut to PostgreSQL's 63 bytes with a
+// hash of the whole when longer. A new leader ends a walsender left on the slot
+// only under its own stream's name (leader_lock.h), never another stream's.
+std::string StreamWalsenderName(absl::string_view checkpoint_schema, absl::string_view stream);
 // Whether libpq takes `conninfo` (key=value pairs or a postgresql:// URI), as
 // Connect checks first: an unknown option or a malformed string is a
 // configuration error (InvalidArgument) that no retry cures. The message names

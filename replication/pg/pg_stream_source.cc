@@ -275,7 +275,8 @@ PgStreamSource::PgStreamSource(SourceOptions options)
                                                : options_.checkpoint_conninfo,
           absl::StrCat(options_.checkpoint_schema, "/", options_.config.name),
           options_.instance_id.empty() ? NewInstanceId() : options_.instance_id,
-          options_.advertise_address, options_.config.slot_name}) {}
+          options_.advertise_address, options_.config.slot_name,
+          StreamWalsenderName(options_.checkpoint_schema, options_.config.name)}) {}
 
 absl::StatusOr<bool> PgStreamSource::TryLead() {
   absl::MutexLock lock(&lead_mu_);

@@ -39,8 +39,9 @@ std::string StartReplicationCommand(const StartOptions& options) {
 }
 
 absl::StatusOr<std::unique_ptr<PgReplicationConnection>> PgReplicationConnection::Connect(
-    absl::string_view conninfo) {
-  absl::StatusOr<PgConnPtr> conn = pg::Connect(conninfo, ConnectionKind::kReplication);
+    absl::string_view conninfo, absl::string_view application_name) {
+  absl::StatusOr<PgConnPtr> conn =
+      pg::Connect(conninfo, ConnectionKind::kReplication, application_name);
   if (!conn.ok()) return conn.status();
   std::unique_ptr<PgReplicationConnection> rc(
       new PgReplicationConnection(std::move(*conn), std::string(conninfo)));
@@ -258,7 +259,10 @@ absl::StatusOr<std::unique_ptr<ReplicationConnection>> PgReplicationOpener::Open
     // refusals stand, as they would on a new connection.
     if (PQstatus(conn->pg()) != CONNECTION_BAD) return started;
   }
-  WALFEED_ASSIGN_OR_RETURN(conn, PgReplicationConnection::Connect(options_.conninfo));
+  WALFEED_ASSIGN_OR_RETURN(
+      conn, PgReplicationConnection::Connect(
+                options_.conninfo,
+                StreamWalsenderName(options_.checkpoint_schema, options_.stream_name)));
   WALFEED_RETURN_IF_ERROR(StartOn(*conn, start));
   return std::unique_ptr<ReplicationConnection>(std::move(conn));
 }

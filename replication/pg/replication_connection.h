@@ -42,10 +42,11 @@ struct StartOptions {
 
 class PgReplicationConnection final : public ReplicationConnection {
  public:
-  // Connects with replication=database. Reads wal_sender_timeout (it sets the
-  // feedback cadence) before streaming starts.
+  // Connects with replication=database, as `application_name` unless the
+  // conninfo sets one (a stream's: StreamWalsenderName). Reads
+  // wal_sender_timeout (it sets the feedback cadence) before streaming starts.
   static absl::StatusOr<std::unique_ptr<PgReplicationConnection>> Connect(
-      absl::string_view conninfo);
+      absl::string_view conninfo, absl::string_view application_name = kDefaultApplicationName);
 
   // The underlying connection, for simple SQL and replication commands
   // (IDENTIFY_SYSTEM, reading pg_replication_slots) before Start(). Never use it
@@ -117,7 +118,9 @@ class PgReplicationOpener final : public ReplicationOpener {
     std::string conninfo;
     std::string slot_name;
     std::vector<std::string> publication_names;
-    std::string checkpoint_schema;  // For the remedies in error messages.
+    // For the remedies in error messages, and with stream_name the walsender's
+    // application_name (StreamWalsenderName).
+    std::string checkpoint_schema;
     std::optional<SlotIdentity> expected_slot;
     // The first Open() starts on this connection when it is still there and
     // still up (one that broke while it waited is replaced by a new one).

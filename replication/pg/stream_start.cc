@@ -85,7 +85,8 @@ StartReads StartReads::Begin(const StreamConfig& config, std::string checkpoint_
     Results results{absl::UnknownError("not read"),
                     absl::CancelledError("not inspected: the slot could not be read"), nullptr};
     absl::StatusOr<std::unique_ptr<PgReplicationConnection>> conn =
-        PgReplicationConnection::Connect(config.conninfo);
+        PgReplicationConnection::Connect(config.conninfo,
+                                         StreamWalsenderName(schema, config.name));
     if (!conn.ok()) {
       results.slot = conn.status();
       return results;

@@ -28,7 +28,8 @@ class LeaderLockTest : public ::testing::Test {
                                    const std::string& conninfo = "") {
     return std::make_unique<LeaderLock>(LeaderLock::Options{
         conninfo.empty() ? pg_->ConnInfo() : conninfo, "walfeed/orders", instance,
-        [advertise] { return advertise; }, "walfeed_orders"});
+        [advertise] { return advertise; }, "walfeed_orders",
+        StreamWalsenderName("walfeed", "orders")});
   }
 
   std::unique_ptr<PgCluster> pg_;
@@ -45,7 +46,8 @@ TEST_F(LeaderLockTest, OneHolderAtATimeAndStandbysLearnWhere) {
   // Another stream's lock is another lock.
   LeaderLock other(LeaderLock::Options{pg_->ConnInfo(), "walfeed/inventory", "bbbb0002",
                                        [] { return std::string("10.0.0.2:50051"); },
-                                       "walfeed_inventory"});
+                                       "walfeed_inventory",
+                                       StreamWalsenderName("walfeed", "inventory")});
   EXPECT_EQ(other.TryAcquire().value_or(false), true);
 
   a->Release();
@@ -109,9 +111,11 @@ TEST_F(LeaderLockTest, AnInstanceEndsItsOwnStaleSessionAtOnce) {
   EXPECT_LT(absl::Now() - start, LeaderLock::kServerTimeout / 2);
 }
 
-// A walsender still streaming the stream's slot for a walfeed session belongs
-// to a deposed leader: taking the lock ends it, so the new leader need not wait
-// for wal_sender_timeout. Another client streaming the slot is left alone.
+// A walsender still streaming the stream's slot under the stream's own name
+// belongs to a deposed leader: taking the lock ends it, so the new leader need
+// not wait for wal_sender_timeout. Another client streaming the slot is left
+// alone, another walfeed stream's too (misconfigured onto the same slot: its
+// start is refused as SLOT_SHARED, which must not cost the other a session).
 TEST_F(LeaderLockTest, TakingTheLockEndsADeposedLeadersWalsenderOnly) {
   ASSERT_THAT(pg_->Exec("CREATE PUBLICATION p FOR ALL TABLES"), IsOk());
   ASSERT_THAT(pg_->Exec("SELECT pg_create_logical_replication_slot('walfeed_orders', 'pgoutput')"),
@@ -134,18 +138,22 @@ TEST_F(LeaderLockTest, TakingTheLockEndsADeposedLeadersWalsenderOnly) {
     return std::move(conn).value();
   };
 
-  PgConnPtr foreign = stream_as("pg_recvlogical");
-  ASSERT_NE(foreign, nullptr);
-  ASSERT_TRUE(WaitUntil([&] { return !slot_holder().empty(); }, absl::Seconds(30)));
-  const std::string foreign_pid = slot_holder();
-  std::unique_ptr<LeaderLock> first = Lock("aaaa0001", "10.0.0.1:50051");
-  ASSERT_EQ(first->TryAcquire().value_or(false), true);
-  EXPECT_EQ(slot_holder(), foreign_pid) << "not walfeed's: left alone";
-  first->Release();
-  foreign.reset();
-  ASSERT_TRUE(WaitUntil([&] { return slot_holder().empty(); }, absl::Seconds(30)));
+  for (const std::string& other :
+       {std::string("pg_recvlogical"), std::string(kDefaultApplicationName),
+        StreamWalsenderName("walfeed", "inventory"), StreamWalsenderName("cdc", "orders")}) {
+    PgConnPtr foreign = stream_as(other);
+    ASSERT_NE(foreign, nullptr);
+    ASSERT_TRUE(WaitUntil([&] { return !slot_holder().empty(); }, absl::Seconds(30)));
+    const std::string foreign_pid = slot_holder();
+    std::unique_ptr<LeaderLock> first = Lock("aaaa0001", "10.0.0.1:50051");
+    ASSERT_EQ(first->TryAcquire().value_or(false), true);
+    EXPECT_EQ(slot_holder(), foreign_pid) << "not this stream's (" << other << "): left alone";
+    first->Release();
+    foreign.reset();
+    ASSERT_TRUE(WaitUntil([&] { return slot_holder().empty(); }, absl::Seconds(30)));
+  }
 
-  PgConnPtr deposed = stream_as("walfeed orders");
+  PgConnPtr deposed = stream_as(StreamWalsenderName("walfeed", "orders"));
   ASSERT_NE(deposed, nullptr);
   ASSERT_TRUE(WaitUntil([&] { return !slot_holder().empty(); }, absl::Seconds(30)));
   std::unique_ptr<LeaderLock> second = Lock("aaaa0002", "10.0.0.2:50051");

@@ -109,6 +109,31 @@ TEST(PgConnUnitTest, AConninfoLibpqRejectsIsAConfigurationErrorThatQuotesNoValue
       << "definite, not retried as UNAVAILABLE";
 }
 
+// A new leader ends a walsender on its slot only under its own stream's name,
+// so names must be stable across instances, distinct per stream, and what
+// PostgreSQL stores (printable ASCII within 63 bytes).
+TEST(PgConnUnitTest, AStreamsWalsenderNameIsItsOwnAndFitsPostgres) {
+  EXPECT_EQ(StreamWalsenderName("walfeed", "orders"), "walfeed walfeed/orders");
+  EXPECT_NE(StreamWalsenderName("walfeed", "orders"), StreamWalsenderName("walfeed", "orders2"));
+  EXPECT_NE(StreamWalsenderName("walfeed", "orders"), StreamWalsenderName("cdc", "orders"));
+  const std::string long_a(60, 'a');
+  const std::string a = StreamWalsenderName("walfeed", long_a + "1");
+  const std::string b = StreamWalsenderName("walfeed", long_a + "2");
+  EXPECT_LE(a.size(), 63u);
+  EXPECT_LE(b.size(), 63u);
+  EXPECT_NE(a, b) << "cut to the same prefix, told apart by the hash";
+  EXPECT_EQ(a, StreamWalsenderName("walfeed", long_a + "1")) << "deterministic";
+  // The hash is FNV-1a of the whole name, the same in every process (a
+  // per-process seed would let two instances of one stream disagree).
+  EXPECT_EQ(a, "walfeed walfeed/" + std::string(30, 'a') + "~06a5b771f44eec17");
+  const std::string odd = StreamWalsenderName("sch\xc3\xa9ma", "orders");
+  EXPECT_EQ(odd.find_first_not_of(
+                " !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`"
+                "abcdefghijklmnopqrstuvwxyz{|}~"),
+            std::string::npos)
+      << odd;
+}
+
 TEST(PgConnUnitTest, Quoting) {
   EXPECT_EQ(QuoteIdentifier("My\"Slot"), "\"My\"\"Slot\"");
   EXPECT_EQ(QuoteLiteral("it's \\ fine"), "'it''s \\ fine'");
@@ -174,6 +199,26 @@ TEST_F(PgConnTest, ConninfoApplicationNameWins) {
       Connect(pg_->ConnInfo() + " application_name=mine", ConnectionKind::kSql);
   ASSERT_THAT(conn, IsOk());
   EXPECT_EQ(Value(Exec(conn->get(), "SHOW application_name")->get(), 0, 0), "mine");
+  conn = Connect(pg_->ConnInfo() + " application_name=mine", ConnectionKind::kSql, "theirs");
+  ASSERT_THAT(conn, IsOk());
+  EXPECT_EQ(Value(Exec(conn->get(), "SHOW application_name")->get(), 0, 0), "mine");
+}
+
+// PostgreSQL shows a stream's walsender under exactly the name the leader
+// compares with, long and non-ASCII names included.
+TEST_F(PgConnTest, AStreamsWalsenderShowsTheNameTheLeaderLooksFor) {
+  for (const std::string& name : {StreamWalsenderName("walfeed", "orders"),
+                                  StreamWalsenderName("walfeed", std::string(70, 's')),
+                                  StreamWalsenderName("sch\xc3\xa9ma", "orders")}) {
+    absl::StatusOr<std::unique_ptr<PgReplicationConnection>> conn =
+        PgReplicationConnection::Connect(pg_->ConnInfo(), name);
+    ASSERT_THAT(conn, IsOk());
+    absl::StatusOr<std::string> shown =
+        pg_->QueryValue(absl::StrCat("SELECT application_name FROM pg_stat_activity WHERE pid = ",
+                                     PQbackendPID((*conn)->pg())));
+    ASSERT_THAT(shown, IsOk());
+    EXPECT_EQ(*shown, name);
+  }
 }
 
 // What libpq ended up using for a connection's option.

@@ -299,6 +299,16 @@ TEST_F(StreamStartTest, SlotDroppedWhileStreamingStopsTheReader) {
   options.backoff_base = absl::Seconds(1);  // Leaves time to drop the released slot.
   RunningReader reader(options, &tracker, &sink, &confirmed, prepared->plan.start);
   ASSERT_TRUE(sink.WaitForConnections(1));
+  // The walsender carries the stream's name: a new leader ends a walsender on
+  // the slot only under that name (leader_lock.h).
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return pg_->QueryValue("SELECT a.application_name FROM pg_replication_slots s "
+                               "JOIN pg_stat_activity a ON a.pid = s.active_pid "
+                               "WHERE s.slot_name = 's'")
+                   .value_or("") == StreamWalsenderName(kSchema, "orders");
+      },
+      kDeadline));
   // The walsender holds the slot; end it, then drop the slot once it is released.
   ASSERT_TRUE(WaitUntil(
       [&] {
