@@ -18,6 +18,11 @@ namespace {
 
 namespace reason = replication::reason;
 
+// A consumer's checkpoint as the API shows it: "" when none is stored.
+std::string CheckpointText(replication::EventId checkpoint) {
+  return checkpoint == replication::EventId{} ? "" : checkpoint.ToString();
+}
+
 // Stream and consumer names: 1-63 of A-Z a-z 0-9 _ . -
 absl::Status ValidateName(absl::string_view field, absl::string_view name) {
   const bool ok = !name.empty() && name.size() <= 63 &&
@@ -249,7 +254,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::Ack(grpc::CallbackServerContext* 
               session_id = request->session_id(), response, runtime = *runtime, id = *id] {
     absl::StatusOr<AckOutcome> outcome = runtime->Ack(consumer, session_id, id);
     calls_.Finish(call, ToGrpc(outcome.status()), [&] {
-      response->set_checkpoint(outcome->checkpoint.ToString());
+      response->set_checkpoint(CheckpointText(outcome->checkpoint));
       response->set_confirmed_lsn(outcome->confirmed.ToString());
     });
   });
@@ -275,7 +280,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::RemoveConsumer(
               runtime = *runtime] {
     absl::StatusOr<replication::EventId> checkpoint = runtime->RemoveConsumer(consumer);
     calls_.Finish(call, ToGrpc(checkpoint.status()), [&] {
-      if (*checkpoint != replication::EventId{}) response->set_checkpoint(checkpoint->ToString());
+      response->set_checkpoint(CheckpointText(*checkpoint));
     });
   });
   return reactor;
@@ -315,12 +320,8 @@ grpc::ServerUnaryReactor* ChangeStreamService::ResetConsumer(
               to] {
     absl::StatusOr<StreamRuntime::ResetOutcome> reset = runtime->ResetConsumer(consumer, to);
     calls_.Finish(call, ToGrpc(reset.status()), [&] {
-      if (reset->previous != replication::EventId{}) {
-        response->set_previous_checkpoint(reset->previous.ToString());
-      }
-      if (reset->checkpoint != replication::EventId{}) {
-        response->set_checkpoint(reset->checkpoint.ToString());
-      }
+      response->set_previous_checkpoint(CheckpointText(reset->previous));
+      response->set_checkpoint(CheckpointText(reset->checkpoint));
     });
   });
   return reactor;
@@ -429,8 +430,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       for (const ConsumerSnapshot& c : snapshot.consumers) {
         walfeed::v1::ConsumerStatus* consumer = stream->add_consumers();
         consumer->set_name(c.name);
-        consumer->set_checkpoint(c.checkpoint == replication::EventId{} ? ""
-                                                                        : c.checkpoint.ToString());
+        consumer->set_checkpoint(CheckpointText(c.checkpoint));
         if (show_sessions[s]) consumer->set_session_id(c.session_id);
         consumer->set_unacked_events(c.unacked_events);
         consumer->set_held_bytes(c.held_bytes);

@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -170,6 +171,17 @@ Flags ParseFlags(int argc, char** argv) {
   std::_Exit(0);
 }
 
+// A configuration error, naming the file once: most messages begin with it
+// (file:line:), some quote it, the rest get it in front.
+void LogConfigError(const std::string& path, const absl::Status& error) {
+  const std::string message(error.message());
+  if (absl::StrContains(message, path)) {
+    spdlog::error("configuration error: {}", message);
+  } else {
+    spdlog::error("configuration {}: {}", path, message);
+  }
+}
+
 int Run(const Flags& flags) {
   // SIGTERM/SIGINT are read from a signalfd by this thread. Blocked before any
   // thread starts (gRPC's, the readers'), so every thread inherits the mask and
@@ -189,7 +201,7 @@ int Run(const Flags& flags) {
   ConfigureLogging(log.format, log.level);
   absl::StatusOr<ServerConfig> config = LoadConfig(flags.config);
   if (!config.ok()) {
-    spdlog::error("configuration {}: {}", flags.config, std::string(config.status().message()));
+    LogConfigError(flags.config, config.status());
     return 2;
   }
   if (flags.log_format.empty()) log.format = config->log.format;
@@ -217,7 +229,7 @@ int Run(const Flags& flags) {
       }
     }
     if (!valid.ok()) {
-      spdlog::error("configuration {}: {}", flags.config, std::string(valid.message()));
+      LogConfigError(flags.config, valid);
       return 2;
     }
     std::cout << "configuration " << flags.config << " is valid (" << config->streams.size()

@@ -239,6 +239,11 @@ std::string StatusUsage() {
       "  --timeout SECONDS      how long to wait for the answer (default 30); a server\n"
       "                         that refuses the connection or fails the handshake is\n"
       "                         reported after about a second\n"
+      "\n"
+      "Exits 5 when a stream shown has failed (state FAILED: it stopped on an error\n"
+      "that needs an operator, which its error line names with the remedy), so that\n"
+      "`walfeed status` serves as a health check; 0 while every stream shown is\n"
+      "streaming, connecting or standing by.\n"
       "\n",
       kCommonHelp, "\n", kExitHelp);
 }

@@ -29,6 +29,8 @@ inline constexpr int kExitRuntime = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitDataLoss = 3;
 inline constexpr int kExitNotFound = 4;
+// `status` only: the answer shows a stream that failed (it needs an operator).
+inline constexpr int kExitStreamFailed = 5;
 
 // The exit code for how a command ended.
 int ExitCodeFor(const absl::Status& status);

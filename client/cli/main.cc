@@ -379,6 +379,9 @@ int Status(const StatusFlags& flags) {
   const grpc::Status status = call.stub->GetStatus(&call.context, request, &response);
   if (!status.ok()) return Fail(CallError(status, "GetStatus", flags.common, call));
   std::cout << (flags.json ? StatusJson(response) : StatusTable(response)) << std::flush;
+  for (const walfeed::v1::StreamStatus& stream : response.streams()) {
+    if (stream.state() == walfeed::v1::STREAM_STATE_FAILED) return kExitStreamFailed;
+  }
   return kExitOk;
 }
 

@@ -621,6 +621,10 @@ TEST_F(ClientE2eTest, DroppedSlotEndsRunWithDataLoss) {
   ASSERT_TRUE(running.WaitForEnd());
   EXPECT_THAT(running.result().value(),
               StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr(kSlot), HasSubstr("doomed"))));
+  // The stream failed: `walfeed status` says so, and exits 5 as a health check.
+  Child status({"status", "--server", Address()}, dir_, "status");
+  EXPECT_EQ(status.WaitForExit(), 5) << status.err();
+  EXPECT_THAT(status.out(), AllOf(HasSubstr("FAILED"), HasSubstr("no longer exists")));
 }
 
 TEST_F(ClientE2eTest, UnknownStreamAndBadConsumerEndRunAtOnce) {

@@ -394,6 +394,11 @@ TEST_F(ServerE2eTest, AckAndSubscribeErrorsAreExact) {
     ASSERT_TRUE(late->WaitForEvents(2));
     ASSERT_TRUE(late->WaitForProgressAfter(2));
     EXPECT_THAT(Ids(late->events()), ElementsAre(e[2].id(), e[3].id()));
+    // At the session's start, which a new consumer never acked: OK, nothing is
+    // stored, and the answer says so ("", as GetStatus does).
+    AckResponse nothing;
+    EXPECT_THAT(Ack("late", late->session_id(), e[1].id(), &nothing), GrpcOk());
+    EXPECT_EQ(nothing.checkpoint(), "");
   }
 
   // Subscribe.
