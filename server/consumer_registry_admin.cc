@@ -379,7 +379,10 @@ RegistrySnapshot ConsumerRegistry::Snapshot() const {
   for (const auto& [key, entry] : sessions_) {
     if (entry.session->options().ephemeral && !entry.end) ++snapshot.ephemeral_sessions;
   }
-  if (hold_) {
+  // Held now, not in the settling time after the buffer found room again
+  // (the episode's end, logged and counted, waits kHoldSettle; the status
+  // says what is true at the moment it is asked).
+  if (hold_ && !hold_->room_since) {
     snapshot.held_by = hold_->holder;
     snapshot.held_since = hold_->since;
   }
