@@ -47,7 +47,10 @@ tmp="$(mktemp -d /tmp/walfeed-drain.XXXXXX)"
 # stored stream position, so the server binds the harness's slot at its
 # confirmed_flush_lsn. The records stay behind in the bench database's
 # `wfbench` schema, one small row per run; nothing per run costs DDL or a psql
-# call inside the measured time.
+# call inside the measured time. walfeed_bench.py forgets them before each
+# catch-up run: the harness reuses its slot copies' names from run to run, and
+# a stream still bound to a slot of the same name would have the server refuse
+# the next one (SLOT_SHARED). Run by hand, use slot names of your own.
 stream="b_${EPOCHREALTIME/[.,]/}_$$"
 conninfo="host=$PG_HOST port=$PG_PORT user=$PG_USER dbname=$PG_DB"
 time_pid=""

@@ -583,6 +583,21 @@ def environment(transport):
                 transport=transport)
 
 
+def forget_drain_streams(env):
+    """Forgets the streams earlier runs' drains left in the harness database.
+    Each drain is a stream of its own, bound to the slot copy it read, and the
+    harness names its copies run_<w>_<n> in every run: an earlier run's stream
+    bound to a copy of the same name would make the server refuse the new one
+    as sharing the slot (SLOT_SHARED). Outside any measured time."""
+    conninfo = 'host=%s port=%s user=%s dbname=%s' % (
+        env.get('BENCH_PGHOST', '127.0.0.1'), env.get('BENCH_PGPORT', '55433'),
+        env.get('BENCH_PGUSER', 'postgres'), env.get('BENCH_PGDATABASE', 'bench'))
+    subprocess.run(['psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', conninfo, '-c',
+                    "DO $$ BEGIN IF to_regclass('wfbench.stream_checkpoints') IS NOT NULL THEN "
+                    "DELETE FROM wfbench.consumer_checkpoints; DELETE FROM wfbench.stream_checkpoints; "
+                    "END IF; END $$"], check=True, stdout=subprocess.DEVNULL)
+
+
 def catchup_mode(harness, quick, transport='tcp', workloads=None):
     """The peer harness's catch-up run, walfeed as a custom peer; returns
     per-workload medians and walfeed's ratio to the fastest direct peer.
@@ -604,6 +619,7 @@ def catchup_mode(harness, quick, transport='tcp', workloads=None):
         socket_dir = os.environ.get('BENCH_ROOT', '/tmp/cdcbench')
         env.update(PGHOST=socket_dir, BENCH_PGHOST=socket_dir)
     subprocess.run([os.path.join(harness, 'pg-up.sh')], check=True, stdout=subprocess.DEVNULL)
+    forget_drain_streams(env)
     before = set(os.listdir(os.path.join(harness, 'results')))
     subprocess.run(cmd, check=False, stdout=sys.stderr, env=env)
     new = sorted(f for f in set(os.listdir(os.path.join(harness, 'results'))) - before if f.endswith('.jsonl'))
