@@ -36,7 +36,7 @@ bool ReadWindow::applies() const {
   if (configured_) return true;
   // Frames come at kBusyFramesPerSecond or more, or a backlog is read over TCP.
   return load_ >= kBusyFramesPerSecond * absl::ToDoubleSeconds(kLoadDecay) ||
-         (!unix_socket_ && length_ >= kTcpBacklogReadWindow);
+         (!unix_socket_ && length_ == kTcpBacklogReadWindow);
 }
 
 std::string ReadWindow::Describe() const {
@@ -45,9 +45,7 @@ std::string ReadWindow::Describe() const {
                                            absl::FormatDuration(length_), kBusyFramesPerSecond);
   return unix_socket_ ? absl::StrCat(busy, ", less while a backlog is read: Unix socket")
                       : absl::StrCat(busy, ", ", absl::FormatDuration(kTcpBacklogReadWindow),
-                                     " while a backlog is read (",
-                                     absl::FormatDuration(kTcpDeepBacklogReadWindow), " from ",
-                                     absl::FormatDuration(kDeepBacklogLag), " behind): TCP");
+                                     " while a backlog is read: TCP");
 }
 
 void ReadWindow::AdaptUnix(int frames, size_t bytes) {
@@ -62,24 +60,18 @@ void ReadWindow::AdaptUnix(int frames, size_t bytes) {
 }
 
 void ReadWindow::AdaptTcp(absl::Duration lag) {
-  // Between kCaughtUpLag and kBacklogLag the window stays as it is (so a lag
-  // near a threshold does not flip it every turn), but never longer than
-  // kTcpBacklogReadWindow: a stream that is nearly caught up is not held back
-  // by a deep backlog's window.
-  const absl::Duration window = lag >= kDeepBacklogLag ? kTcpDeepBacklogReadWindow
-                                : lag >= kBacklogLag   ? kTcpBacklogReadWindow
-                                : lag < kCaughtUpLag   ? kTcpReadWindow
-                                                       : std::min(length_, kTcpBacklogReadWindow);
+  const absl::Duration window = lag >= kBacklogLag     ? kTcpBacklogReadWindow
+                                : lag < kCaughtUpLag ? kTcpReadWindow
+                                                       : length_;
   if (window == length_) return;
   length_ = window;
   const std::string sent = absl::FormatDuration(absl::Trunc(lag, absl::Milliseconds(1)));
-  // A backlog of a second or more is logged at info, once, with its end; a
-  // live stream's brief falls behind, which may come every few seconds under
-  // load, and a backlog's window changing with its depth, at debug.
-  if (window != kTcpReadWindow) {
-    const bool news = !backlog_logged_ && lag >= kLoggedBacklogLag;
-    backlog_logged_ = backlog_logged_ || news;
-    ReplicationLogger()->log(news ? spdlog::level::info : spdlog::level::debug,
+  // A backlog of a second or more is logged at info, with its end; a live
+  // stream's brief falls behind, which may come every few seconds under
+  // load, at debug.
+  if (window == kTcpBacklogReadWindow) {
+    backlog_logged_ = lag >= kLoggedBacklogLag;
+    ReplicationLogger()->log(backlog_logged_ ? spdlog::level::info : spdlog::level::debug,
                   "stream {}: reading a backlog (PostgreSQL sent a transaction {} after its "
                   "commit): read window {} until caught up",
                   stream_name_, sent, absl::FormatDuration(window));

@@ -7,8 +7,7 @@
 //   more, so a quiet stream's latency is the walsender's, not the window's.
 // * TCP: while a backlog is read (the walsender sends transactions kBacklogLag
 //   or more after their commit) the window is kTcpBacklogReadWindow, at any
-//   rate, and kTcpDeepBacklogReadWindow while they are kDeepBacklogLag or
-//   more old, until it is caught up again (kCaughtUpLag).
+//   rate, until it is caught up again (kCaughtUpLag).
 // * Unix-domain socket: the window shrinks while the turns after it fill the
 //   walsender's send buffer, and grows back while they do not.
 // The figures behind each constant are in docs/performance-history.md.
@@ -55,16 +54,6 @@ inline constexpr absl::Duration kTcpReadWindow = absl::Milliseconds(1);
 // timeouts (docs/performance-history.md, 2026-12-07 afternoon).
 inline constexpr absl::Duration kTcpBacklogReadWindow = absl::Milliseconds(8);
 inline constexpr absl::Duration kBacklogLag = absl::Milliseconds(20);
-// Longer still while transactions come a second or more after their commit: a
-// catch-up, not a live stream that fell behind for a moment, so the window
-// costs their latency nothing that matters, and the walsender's sends gather
-// further. In 12 drains of the peer harness's four workloads, alternating
-// with the 8 ms build, 10 were faster, one even and one slower; the medians
-// rose by 8 % (W1), 18 % (W2), 15 % (W3) and 12 % (W4), the walsender's
-// segments fell on three of them (docs/performance-history.md, 2026-12-07
-// late evening). Longer windows were not tried: read_coalesce stops at 100 ms.
-inline constexpr absl::Duration kTcpDeepBacklogReadWindow = absl::Milliseconds(32);
-inline constexpr absl::Duration kDeepBacklogLag = absl::Seconds(1);
 inline constexpr absl::Duration kCaughtUpLag = absl::Milliseconds(5);
 // A fall behind logged at info (with its end); shorter ones at debug.
 inline constexpr absl::Duration kLoggedBacklogLag = absl::Seconds(1);

@@ -60,27 +60,6 @@ TEST(ReadWindowTest, OverTcpABacklogGetsTheLongWindowUntilCaughtUp) {
   EXPECT_EQ(window.length(), kTcpReadWindow);
 }
 
-TEST(ReadWindowTest, OverTcpABacklogASecondBehindGetsTheLongerWindow) {
-  ReadWindow window(std::nullopt, /*unix_socket=*/false, kStart, "s");
-  absl::Time now = kStart;
-  Turns(&window, &now, 1, absl::Milliseconds(20), 1, kDeepBacklogLag);
-  EXPECT_EQ(window.length(), kTcpDeepBacklogReadWindow);
-  EXPECT_TRUE(window.applies());
-  // Less far behind: the backlog window.
-  Turns(&window, &now, 1, absl::Milliseconds(20), 1, kDeepBacklogLag - absl::Milliseconds(1));
-  EXPECT_EQ(window.length(), kTcpBacklogReadWindow);
-  EXPECT_TRUE(window.applies());
-  // Deeper again, then nearly caught up: between the thresholds the deep
-  // window is not kept, the backlog one is.
-  Turns(&window, &now, 1, absl::Milliseconds(20), 1, absl::Seconds(30));
-  EXPECT_EQ(window.length(), kTcpDeepBacklogReadWindow);
-  Turns(&window, &now, 1, absl::Milliseconds(20), 1, kCaughtUpLag + absl::Milliseconds(1));
-  EXPECT_EQ(window.length(), kTcpBacklogReadWindow);
-  Turns(&window, &now, 1, absl::Milliseconds(20), 1, kCaughtUpLag - absl::Milliseconds(1));
-  EXPECT_EQ(window.length(), kTcpReadWindow);
-  EXPECT_FALSE(window.applies());
-}
-
 TEST(ReadWindowTest, OverAUnixSocketItShrinksWhileTurnsFillTheSendBuffer) {
   ReadWindow window(std::nullopt, /*unix_socket=*/true, kStart, "s");
   absl::Time now = kStart;
@@ -146,8 +125,7 @@ TEST(ReadWindowTest, AConfiguredWindowIsFixedAndAlwaysWaited) {
 
 TEST(ReadWindowTest, DescribeNamesTheRulesInForce) {
   EXPECT_EQ(ReadWindow(std::nullopt, false, kStart, "s").Describe(),
-            "1ms while 8000 frames/s or more arrive, 8ms while a backlog is read (32ms from 1s "
-            "behind): TCP");
+            "1ms while 8000 frames/s or more arrive, 8ms while a backlog is read: TCP");
   EXPECT_THAT(ReadWindow(std::nullopt, true, kStart, "s").Describe(),
               HasSubstr("less while a backlog is read: Unix socket"));
 }

@@ -695,8 +695,6 @@ TEST_F(StreamReaderBacklogTest, ASetReadWindowHoldsOverAUnixSocket) {
 // window), each Begin sent by the walsender `lag` after its commit.
 Script TransactionsSentAfterTheirCommit(const std::vector<absl::Duration>& lags) {
   constexpr int64_t kCommitTime = int64_t{800'000'000} * 1'000'000;  // 2025, PostgreSQL epoch.
-  // Longer than any window, so that each frame is read alone.
-  const absl::Duration kApart = kTcpDeepBacklogReadWindow + absl::Milliseconds(8);
   Script script;
   uint64_t lsn = 0x10000;
   for (const absl::Duration lag : lags) {
@@ -705,10 +703,10 @@ Script TransactionsSentAfterTheirCommit(const std::vector<absl::Duration>& lags)
     pgoutput::Commit commit{0, Lsn(lsn + 0x100), Lsn(lsn + 0x130), kCommitTime};
     script.Frame(walfeed::testing::EncodeXLogData(Lsn(lsn), Lsn(lsn), sent,
                                                   walfeed::testing::EncodeBegin(begin)),
-                 kApart);
+                 absl::Milliseconds(20));
     script.Frame(walfeed::testing::EncodeXLogData(Lsn(lsn + 0x100), Lsn(lsn + 0x100), sent,
                                                   walfeed::testing::EncodeCommit(commit)),
-                 kApart);
+                 absl::Milliseconds(20));
     lsn += 0x1000;
   }
   return script;
@@ -729,13 +727,12 @@ TEST_F(StreamReaderUnitTest, UnsetTheTcpWindowLengthensWhileABacklogIsRead) {
               IsOk());
   // Two frames per transaction, each read alone; the Begin's read decides. A
   // backlog gets a window after each read whatever the rate; the live window
-  // is waited only while busy, which 25 frames/s are not.
-  const absl::Duration deep = kTcpDeepBacklogReadWindow;
+  // is waited only while busy, which 50 frames/s are not.
   const absl::Duration backlog = kTcpBacklogReadWindow;
   EXPECT_THAT(log_->input_pauses(),
-              ElementsAreArray({deep, deep, backlog, backlog, backlog, backlog}))
-      << "the 5 s lag, the in-between one (no longer than the backlog window), then the "
-         "20 ms one: the in-between lag after a prompt one kept the live window";
+              ElementsAreArray({backlog, backlog, backlog, backlog, backlog, backlog}))
+      << "the 5 s and the in-between lag, then the 1 s one: the in-between lag after a "
+         "prompt one kept the live window";
 }
 
 // Set, it holds whatever the lag.
@@ -765,8 +762,7 @@ TEST_F(StreamReaderUnitTest, ExtremeSendAndCommitTimesAreHarmless) {
                absl::Milliseconds(20));
   ASSERT_THAT(Run({script}, [&](const SentUpdate&) { return !sink_.commits().empty(); }), IsOk());
   EXPECT_THAT(log_->input_pauses(), SizeIs(Ge(1u)));
-  // The largest lag there is: a deep backlog's window, nothing longer.
-  EXPECT_THAT(log_->input_pauses(), Each(kTcpDeepBacklogReadWindow));
+  EXPECT_THAT(log_->input_pauses(), Each(kTcpBacklogReadWindow));
 }
 
 TEST_F(StreamReaderUnitTest, WithoutCoalescingEveryArrivalIsReadAtOnce) {
