@@ -109,6 +109,11 @@ struct RegistrySnapshot {
   uint64_t delivered_events = 0;  // To every session, ephemeral ones included.
   std::string held_by;  // While the buffer is full: the consumer it waits for.
   absl::Time held_since;
+  // The consumer of the current hold episode, which goes on until the buffer
+  // has had room for kHoldSettle: held_by, and through the settling time
+  // after it (a slow consumer that refills the buffer every few seconds is
+  // one episode, for the log and the metrics' alerts).
+  std::string hold_episode_by;
   std::vector<ConsumerSnapshot> consumers;  // In name order.
 };
 

@@ -382,6 +382,7 @@ RegistrySnapshot ConsumerRegistry::Snapshot() const {
   // Held now, not in the settling time after the buffer found room again
   // (the episode's end, logged and counted, waits kHoldSettle; the status
   // says what is true at the moment it is asked).
+  if (hold_) snapshot.hold_episode_by = hold_->holder;
   if (hold_ && !hold_->room_since) {
     snapshot.held_by = hold_->holder;
     snapshot.held_since = hold_->since;

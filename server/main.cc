@@ -175,7 +175,8 @@ Flags ParseFlags(int argc, char** argv) {
 // (file:line:), some quote it, the rest get it in front.
 void LogConfigError(const std::string& path, const absl::Status& error) {
   const std::string message(error.message());
-  if (absl::StrContains(message, path)) {
+  if (absl::StartsWith(message, path + ":") ||
+      absl::StrContains(message, absl::StrCat("\"", path, "\""))) {
     spdlog::error("configuration error: {}", message);
   } else {
     spdlog::error("configuration {}: {}", path, message);

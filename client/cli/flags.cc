@@ -35,7 +35,8 @@ constexpr char kCommonHelp[] =
 constexpr char kExitHelp[] =
     "Exit codes: 0 ok; 1 runtime error; 2 usage error (or the server rejected an\n"
     "argument); 3 data loss (the stream's slot was lost); 4 not found or not\n"
-    "permitted (unknown stream, missing or refused token).\n";
+    "permitted (unknown stream, missing or refused token); 5 (status only) a\n"
+    "stream shown has failed.\n";
 
 using Setter = std::function<absl::Status(const std::string& value)>;
 

@@ -291,8 +291,9 @@ absl::StatusOr<PreflightReport> Inspect(const SqlChannel& conn, const StreamConf
 // With `snapshot`, the slot exports a snapshot, imported before the connection
 // runs anything else (it is importable only until then).
 absl::StatusOr<Lsn> CreateSlot(const StreamConfig& config, const SnapshotSteps* snapshot,
-                               ProvisionResult* result) {
-  WALFEED_ASSIGN_OR_RETURN(PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kReplication));
+                               const std::string& walsender_name, ProvisionResult* result) {
+  WALFEED_ASSIGN_OR_RETURN(
+      PgConnPtr conn, Connect(config.conninfo, ConnectionKind::kReplication, walsender_name));
   // Never TEMPORARY (a reconnect would lose the position) and never TWO_PHASE
   // (permanent, and walfeed does not decode prepared transactions).
   WALFEED_ASSIGN_OR_RETURN(
@@ -410,7 +411,7 @@ absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config, Inspected 
   if (!before.slot_exists) {
     if (hooks.before_create_slot) hooks.before_create_slot();
     if (snapshot != nullptr) WALFEED_RETURN_IF_ERROR(snapshot->before_slot());
-    absl::StatusOr<Lsn> point = CreateSlot(config, snapshot, &result);
+    absl::StatusOr<Lsn> point = CreateSlot(config, snapshot, inspected.walsender_name, &result);
     if (point.ok()) {
       result.created_slot = true;
       result.consistent_point = *point;

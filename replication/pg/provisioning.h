@@ -130,6 +130,11 @@ absl::StatusOr<ProvisionResult> Provision(const StreamConfig& config,
 struct Inspected {
   PgConnPtr conn;  // Null when inspected on the caller's walsender.
   PreflightReport report;
+  // The application_name the slot's creation runs as: the slot is active on
+  // that walsender while it waits for a consistent point, and a new leader
+  // ends a walsender on its slot only under the stream's name
+  // (StreamWalsenderName, which the stream's start sets).
+  std::string walsender_name = kDefaultApplicationName;
 };
 // `walsender`: a logical replication connection (replication=database) that the
 // caller holds and will stream on, for a slot that exists. The checks then run

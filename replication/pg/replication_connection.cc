@@ -260,9 +260,7 @@ absl::StatusOr<std::unique_ptr<ReplicationConnection>> PgReplicationOpener::Open
     if (PQstatus(conn->pg()) != CONNECTION_BAD) return started;
   }
   WALFEED_ASSIGN_OR_RETURN(
-      conn, PgReplicationConnection::Connect(
-                options_.conninfo,
-                StreamWalsenderName(options_.checkpoint_schema, options_.stream_name)));
+      conn, PgReplicationConnection::Connect(options_.conninfo, options_.walsender_name));
   WALFEED_RETURN_IF_ERROR(StartOn(*conn, start));
   return std::unique_ptr<ReplicationConnection>(std::move(conn));
 }

@@ -118,13 +118,13 @@ class PgReplicationOpener final : public ReplicationOpener {
     std::string conninfo;
     std::string slot_name;
     std::vector<std::string> publication_names;
-    // For the remedies in error messages, and with stream_name the walsender's
-    // application_name (StreamWalsenderName).
-    std::string checkpoint_schema;
+    std::string checkpoint_schema;  // For the remedies in error messages.
     std::optional<SlotIdentity> expected_slot;
     // The first Open() starts on this connection when it is still there and
     // still up (one that broke while it waited is replaced by a new one).
     std::shared_ptr<WalSenderHandoff> handoff;
+    // The application_name of new connections (StreamWalsenderName).
+    std::string walsender_name = kDefaultApplicationName;
   };
   explicit PgReplicationOpener(Options options) : options_(std::move(options)) {}
   absl::StatusOr<std::unique_ptr<ReplicationConnection>> Open(Lsn start) override;

@@ -53,7 +53,8 @@ absl::Status ExplainMissingPublication(const absl::Status& status, const ReaderO
 std::unique_ptr<ReplicationOpener> MakePgOpener(const ReaderOptions& options) {
   return std::make_unique<PgReplicationOpener>(PgReplicationOpener::Options{
       options.stream_name, options.conninfo, options.slot_name, options.publication_names,
-      options.excluded_schema, options.expected_slot, options.first_connection});
+      options.excluded_schema, options.expected_slot, options.first_connection,
+      options.walsender_name});
 }
 
 StreamReader::StreamReader(ReaderOptions options, AckTracker* tracker, StreamSink* sink,

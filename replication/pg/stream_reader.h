@@ -83,6 +83,7 @@
 #include "replication/clock.h"
 #include "replication/confirmed_persister.h"
 #include "replication/delivery_gate.h"
+#include "replication/pg/pg_conn.h"
 #include "replication/pg/read_window.h"
 #include "replication/replication_connection.h"
 #include "replication/stream_source.h"
@@ -95,6 +96,9 @@ class WalSenderHandoff;  // replication_connection.h
 struct ReaderOptions {
   std::string stream_name;  // For logs.
   std::string conninfo;
+  // The application_name of the session's walsenders (ReaderOptionsFor sets
+  // the stream's: StreamWalsenderName); a new leader ends only those.
+  std::string walsender_name = kDefaultApplicationName;
   std::string slot_name;
   std::vector<std::string> publication_names;
   // Changes to tables in this schema (the checkpoint store's) are never delivered.

@@ -50,8 +50,7 @@ void AddTableWarnings(const SqlChannel& conn, const StreamConfig& config,
 
 // Refuses a slot another stream of the checkpoint store is bound to: each
 // stream confirms the slot for its own consumers, so two streams on one slot
-// confirm each other's events away (and each one's leader would end the
-// other's walsender as a deposed leader's).
+// confirm each other's events away.
 absl::Status CheckSlotNotShared(const StreamConfig& config, GroupCommitter* committer,
                                 absl::string_view checkpoint_schema,
                                 const SlotIdentity& identity) {
@@ -155,6 +154,7 @@ absl::StatusOr<PreparedStream> PrepareStream(const StreamConfig& config,
   }
   PreparedStream prepared;
   WALFEED_ASSIGN_OR_RETURN(Inspected inspected, std::move(read.inspection));
+  inspected.walsender_name = StreamWalsenderName(checkpoint_schema, config.name);
   WALFEED_ASSIGN_OR_RETURN(prepared.provisioned,
                            Provision(config, std::move(inspected), snapshot));
   // Read the slot again only if Provision created it: otherwise `before` is what
@@ -182,6 +182,7 @@ ReaderOptions ReaderOptionsFor(const StreamConfig& config, const PreparedStream&
   ReaderOptions options;
   options.stream_name = config.name;
   options.conninfo = config.conninfo;
+  options.walsender_name = StreamWalsenderName(checkpoint_schema, config.name);
   options.slot_name = config.slot_name;
   options.publication_names = config.publication_names;
   options.excluded_schema = std::string(checkpoint_schema);

@@ -142,9 +142,12 @@ void AddStream(const RuntimeSnapshot& s, const SlotMonitor::View& view, FamilyBu
     out.Gauge("walfeed_consumer_held_bytes",
               "Bytes held only because this consumer has not acknowledged them.", consumer,
               static_cast<double>(c.held_bytes));
+    // The episode, not the moment: a consumer that lets the buffer refill
+    // every few seconds holds the stream throughout (alerts wait minutes).
     out.Gauge("walfeed_consumer_holding_stream",
-              "1 while the buffer is full and the stream waits for this consumer.", consumer,
-              c.name == s.held_by ? 1 : 0);
+              "1 while the stream waits for this consumer: from the buffer filling up until "
+              "it has had room for 5 s.",
+              consumer, c.name == s.hold_episode_by ? 1 : 0);
     out.Gauge("walfeed_consumer_connected", "1 while the consumer has a session.", consumer,
               c.session_id.empty() ? 0 : 1);
     out.Gauge("walfeed_consumer_detached",

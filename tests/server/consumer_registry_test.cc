@@ -471,6 +471,7 @@ TEST_F(ConsumerRegistryTest, AFullBufferNamesTheConsumerItWaitsForOnceEachWay) {
   EXPECT_TRUE(registry.HasRoom(&change));
   EXPECT_FALSE(change.has_value()) << "the episode ends once the buffer kept its room";
   EXPECT_EQ(registry.Snapshot().held_by, "") << "room again: the status says so at once";
+  EXPECT_EQ(registry.Snapshot().hold_episode_by, "slow") << "the episode settles for 5 s";
   ASSERT_TRUE(walfeed::testing::WaitUntil(
       [&] {
         registry.HasRoom(&change);
@@ -481,6 +482,7 @@ TEST_F(ConsumerRegistryTest, AFullBufferNamesTheConsumerItWaitsForOnceEachWay) {
   EXPECT_EQ(change->holder, "slow");
   EXPECT_GE(change->lasted, absl::Seconds(5));
   EXPECT_EQ(registry.Snapshot().held_by, "");
+  EXPECT_EQ(registry.Snapshot().hold_episode_by, "");
 }
 
 TEST_F(ConsumerRegistryTest, NothingIsDroppedUntilSomeConsumerHasADurableCheckpoint) {

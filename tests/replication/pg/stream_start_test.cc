@@ -200,6 +200,11 @@ TEST_F(StreamStartTest, TheSlotReadsConnectionIsTheReadersFirst) {
   ASSERT_TRUE(sink.WaitForCommits(1));
   EXPECT_EQ(SlotColumn("active_pid"), kept_pid);
   EXPECT_EQ(reader.reader().stats().reconnects, 0u);
+  // The kept connection carries the stream's name too (leader_lock.h).
+  EXPECT_EQ(pg_->QueryValue("SELECT application_name FROM pg_stat_activity WHERE pid = " +
+                            kept_pid)
+                .value_or(""),
+            StreamWalsenderName(kSchema, "orders"));
   EXPECT_THAT(reader.Stop(), IsOk());
 }
 
