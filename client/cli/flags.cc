@@ -329,13 +329,35 @@ std::string BackfillUsage() {
       kCommonHelp, "\n", kExitHelp);
 }
 
+namespace {
+
+// The commands with a help text of their own, in the order the "unknown
+// command" message lists them. ParseCommandLine dispatches on the same names.
+struct CommandHelp {
+  const char* name;
+  std::string (*usage)();
+};
+constexpr CommandHelp kCommandHelp[] = {
+    {"tail", TailUsage},
+    {"status", StatusUsage},
+    {"remove-consumer", RemoveConsumerUsage},
+    {"reset-consumer", ResetConsumerUsage},
+    {"backfill", BackfillUsage},
+};
+
+const CommandHelp* FindCommandHelp(const std::vector<std::string>& args) {
+  if (args.empty()) return nullptr;
+  for (const CommandHelp& command : kCommandHelp) {
+    if (args[0] == command.name) return &command;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::string UsageFor(const std::vector<std::string>& args) {
-  if (!args.empty() && args[0] == "backfill") return BackfillUsage();
-  if (!args.empty() && args[0] == "reset-consumer") return ResetConsumerUsage();
-  if (!args.empty() && args[0] == "tail") return TailUsage();
-  if (!args.empty() && args[0] == "status") return StatusUsage();
-  if (!args.empty() && args[0] == "remove-consumer") return RemoveConsumerUsage();
-  return MainUsage();
+  const CommandHelp* command = FindCommandHelp(args);
+  return command == nullptr ? MainUsage() : command->usage();
 }
 
 absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args) {
@@ -569,15 +591,16 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
     invocation.command = Command::kBackfill;
     return invocation;
   }
-  return Usage(absl::StrCat("unknown command \"", command,
-                            "\" (commands: tail, status, remove-consumer, reset-consumer, "
-                            "backfill, help, version)"));
+  std::string names;
+  for (const CommandHelp& known : kCommandHelp) absl::StrAppend(&names, known.name, ", ");
+  return Usage(absl::StrCat("unknown command \"", command, "\" (commands: ", names,
+                            "help, version)"));
 }
 
 std::string HelpCommandFor(const std::vector<std::string>& args) {
-  // UsageFor knows each command's own help; anything else gets the main one.
-  if (args.empty() || UsageFor({args[0]}) == MainUsage()) return "walfeed --help";
-  return absl::StrCat("walfeed ", args[0], " --help");
+  const CommandHelp* command = FindCommandHelp(args);
+  if (command == nullptr) return "walfeed --help";
+  return absl::StrCat("walfeed ", command->name, " --help");
 }
 
 }  // namespace walfeed::cli
