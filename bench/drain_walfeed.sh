@@ -7,7 +7,8 @@
 #      create_missing false, plaintext on a free loopback port, a stream name of
 #      its own (so no stored position: see below);
 #   2. starts walfeed-server under GNU time (its log goes to a temporary file);
-#      the drain client retries until the server listens and the stream is live;
+#      the drain client retries until the server listens and the stream is live,
+#      and is stopped if the server exits first;
 #   3. runs build/bench/walfeed_drain up to $END_LSN (also under GNU time);
 #   4. stops the server with SIGTERM, waits for it, and prints the client's JSON
 #      line extended with the server's and the client's CPU seconds and max RSS.
@@ -55,24 +56,24 @@ stream="b_${EPOCHREALTIME/[.,]/}_$$"
 conninfo="host=$PG_HOST port=$PG_PORT user=$PG_USER dbname=$PG_DB"
 time_pid=""
 
-# The server is GNU time's only child: its pid, read from /proc without
-# starting a process (pgrep where the kernel has no `children` file); empty
-# once the server has exited.
-server_child() {
+# The one child of GNU time process $2 (the server, or the drain client), read
+# from /proc without starting a process (pgrep where the kernel has no
+# `children` file); empty once it has exited.
+timed_child() {
   local -n into=$1
   local children=""
   into=""
-  if [[ -r /proc/$time_pid/task/$time_pid/children ]]; then
-    read -r children _ </proc/$time_pid/task/$time_pid/children || true
+  if [[ -r /proc/$2/task/$2/children ]]; then
+    read -r children _ </proc/$2/task/$2/children || true
   else
-    children=$(pgrep -P "$time_pid" || true)
+    children=$(pgrep -P "$2" || true)
   fi
   into=${children%% *}
 }
 
 cleanup() {
   if [ -n "$time_pid" ] && kill -0 "$time_pid" 2>/dev/null; then
-    server_child server_pid
+    timed_child server_pid "$time_pid"
     if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null || true; fi
     wait "$time_pid" 2>/dev/null || true
   fi
@@ -115,21 +116,40 @@ done
 time_pid=$!
 
 drain_rc=0
+server_rc=0
 event_form=full
 [ -n "${DRAIN_COMPACT:-}" ] && event_form=compact
 "$TIME_BIN" -f '%e %U %S %M' -o "$tmp/drain.time" \
   "$DRAIN_BIN" --server "127.0.0.1:$port" --stream "$stream" --consumer drain \
   --end-lsn "$END_LSN" --batch "${DRAIN_BATCH:-1024}" --window "${DRAIN_WINDOW:-200000}" \
   --ack-every "${DRAIN_ACK_EVERY:-50000}" --ack-interval-ms 1000 \
-  --event-form "$event_form" >"$tmp/drain.json" || drain_rc=$?
+  --event-form "$event_form" >"$tmp/drain.json" &
+drain_pid=$!
 
-# SIGTERM to exit, with nothing in flight (the client has acked and gone).
-server_child server_pid
+# Whichever ends first. A server that exits before the drain client does (it
+# refused its configuration, or failed) ends the run at once: the client
+# would otherwise retry its connection until its own timeout.
+finished=""
+first_rc=0
+wait -n -p finished "$time_pid" "$drain_pid" || first_rc=$?
+if [[ $finished == "$time_pid" ]]; then
+  server_rc=$(( first_rc != 0 ? first_rc : 1 ))  # It must not end before it is stopped.
+  time_pid=""
+  timed_child drain_child "$drain_pid"
+  if [ -n "$drain_child" ]; then kill -TERM "$drain_child" 2>/dev/null || true; fi
+  wait "$drain_pid" || drain_rc=$?
+else
+  drain_rc=$first_rc
+fi
+
 stop_begin=$EPOCHREALTIME
-# Already gone (it failed): its exit status comes through GNU time below.
-if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null || true; fi
-server_rc=0
-wait "$time_pid" || server_rc=$?
+if [ -n "$time_pid" ]; then
+  # SIGTERM to exit, with nothing in flight (the client has acked and gone).
+  timed_child server_pid "$time_pid"
+  # Already gone (it failed): its exit status comes through GNU time below.
+  if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null || true; fi
+  wait "$time_pid" || server_rc=$?
+fi
 stop_end=$EPOCHREALTIME
 time_pid=""
 if [ "$drain_rc" != 0 ] || [ "$server_rc" != 0 ]; then
