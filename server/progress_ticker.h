@@ -12,7 +12,7 @@ namespace walfeed::server {
 
 // Runs `tick` on its own thread at least every `period`, and sooner when asked:
 // an idle subscription's progress frame is due progress_interval after its last
-// one (10 ms at the least), which a fixed period would round up to the period.
+// frame (10 ms at the least), which a fixed period would round up to the period.
 // Sessions that go idle say when their next frame is due (TickBy); the thread
 // sleeps until the earliest such time or the period, whichever comes first.
 class ProgressTicker {

@@ -27,10 +27,13 @@ bool SessionFramer::Next(const StreamBuffer& buffer, const Context& context, abs
     started->mutable_slot()->set_name(context.slot_name);
     started->mutable_slot()->set_plugin("pgoutput");
     response.SerializeToString(frame);
-    last_progress_ = now;  // It says where the session starts.
+    last_frame_ = now;
     return true;
   }
-  if (ComposeEvents(buffer, frame)) return true;
+  if (ComposeEvents(buffer, frame)) {
+    last_frame_ = now;
+    return true;
+  }
   if (!ProgressDue(now)) return false;
   walfeed::v1::Progress* progress = response.mutable_progress();
   const replication::Lsn server_end =
@@ -46,7 +49,7 @@ bool SessionFramer::Next(const StreamBuffer& buffer, const Context& context, abs
   // (and, for one that never acked, not something the server could store).
   if (cursor_ > start_) progress->set_passed(cursor_.ToString());
   response.SerializeToString(frame);
-  last_progress_ = now;
+  last_frame_ = now;
   return true;
 }
 

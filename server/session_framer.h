@@ -3,9 +3,7 @@
 //   started (once) ─► events batches from the stream buffer after the cursor,
 //                     filtered, ≤ max_batch_events / max_batch_bytes, while the
 //                     window (delivered, not yet acked) is below max_unacked_*
-//                 └─► a progress frame when it has nothing else to send and
-//                     sent none for progress_interval (the started frame
-//                     counts as one)
+//                 └─► a progress frame when nothing was sent for progress_interval
 //
 // The cursor is the id the session has passed: every buffered event at or below
 // it was sent or filtered out. Acks shrink the window (Acked).
@@ -53,7 +51,7 @@ class SessionFramer {
         consumer_(std::move(consumer)),
         start_(start),
         cursor_(start),
-        last_progress_(now) {}
+        last_frame_(now) {}
 
   // Sets `*frame` to the next serialized SubscribeResponse: `started` first, then
   // an events batch, or a progress frame when one is due. False when there is
@@ -65,17 +63,9 @@ class SessionFramer {
   // Returns how many did.
   size_t Acked(EventId id);
 
-  // Whether a progress frame goes out when there is nothing else to send: one
-  // at most every progress_interval, counted from the last one (or the started
-  // frame), not from the last events frame. A session that falls idle after a
-  // run of events so learns at once where the stream stands (a consumer
-  // draining up to a position can stop), while a steady flow with short pauses
-  // still gets one per interval at most.
   bool ProgressDue(absl::Time now) const { return now >= progress_due_at(); }
-  // When the next progress frame is due while there is nothing else to send.
-  absl::Time progress_due_at() const {
-    return last_progress_ + options_.limits.progress_interval;
-  }
+  // When the next progress frame is due if nothing else is sent before.
+  absl::Time progress_due_at() const { return last_frame_ + options_.limits.progress_interval; }
   bool started() const { return started_sent_; }
   EventId cursor() const { return cursor_; }
   size_t unacked_events() const { return unacked_.size(); }
@@ -106,7 +96,7 @@ class SessionFramer {
   uint64_t unacked_bytes_ = 0;
   uint64_t sent_events_ = 0;
   bool started_sent_ = false;
-  absl::Time last_progress_;  // The last progress (or started) frame's.
+  absl::Time last_frame_;
 };
 
 }  // namespace walfeed::server
