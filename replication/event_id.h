@@ -31,6 +31,9 @@ struct EventId {
 
   // "0/1A2B3C8:0".
   std::string ToString() const;
+  // ToString(), or "" for EventId{} (no event: how the API shows an absent
+  // checkpoint or position).
+  std::string ToStringOrEmpty() const { return *this == EventId{} ? "" : ToString(); }
   // The same text written at `out`, which has room for kMaxTextSize chars;
   // returns the end. (The row writer writes every event's id: no allocation.)
   static constexpr size_t kMaxTextSize = Lsn::kMaxTextSize + 1 + 10;

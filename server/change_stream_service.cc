@@ -18,11 +18,6 @@ namespace {
 
 namespace reason = replication::reason;
 
-// A consumer's checkpoint as the API shows it: "" when none is stored.
-std::string CheckpointText(replication::EventId checkpoint) {
-  return checkpoint == replication::EventId{} ? "" : checkpoint.ToString();
-}
-
 // Stream and consumer names: 1-63 of A-Z a-z 0-9 _ . -
 absl::Status ValidateName(absl::string_view field, absl::string_view name) {
   const bool ok = !name.empty() && name.size() <= 63 &&
@@ -254,7 +249,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::Ack(grpc::CallbackServerContext* 
               session_id = request->session_id(), response, runtime = *runtime, id = *id] {
     absl::StatusOr<AckOutcome> outcome = runtime->Ack(consumer, session_id, id);
     calls_.Finish(call, ToGrpc(outcome.status()), [&] {
-      response->set_checkpoint(CheckpointText(outcome->checkpoint));
+      response->set_checkpoint(outcome->checkpoint.ToStringOrEmpty());
       response->set_confirmed_lsn(outcome->confirmed.ToString());
     });
   });
@@ -280,7 +275,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::RemoveConsumer(
               runtime = *runtime] {
     absl::StatusOr<replication::EventId> checkpoint = runtime->RemoveConsumer(consumer);
     calls_.Finish(call, ToGrpc(checkpoint.status()), [&] {
-      response->set_checkpoint(CheckpointText(*checkpoint));
+      response->set_checkpoint(checkpoint->ToStringOrEmpty());
     });
   });
   return reactor;
@@ -320,8 +315,8 @@ grpc::ServerUnaryReactor* ChangeStreamService::ResetConsumer(
               to] {
     absl::StatusOr<StreamRuntime::ResetOutcome> reset = runtime->ResetConsumer(consumer, to);
     calls_.Finish(call, ToGrpc(reset.status()), [&] {
-      response->set_previous_checkpoint(CheckpointText(reset->previous));
-      response->set_checkpoint(CheckpointText(reset->checkpoint));
+      response->set_previous_checkpoint(reset->previous.ToStringOrEmpty());
+      response->set_checkpoint(reset->checkpoint.ToStringOrEmpty());
     });
   });
   return reactor;
@@ -430,7 +425,7 @@ grpc::ServerUnaryReactor* ChangeStreamService::GetStatus(
       for (const ConsumerSnapshot& c : snapshot.consumers) {
         walfeed::v1::ConsumerStatus* consumer = stream->add_consumers();
         consumer->set_name(c.name);
-        consumer->set_checkpoint(CheckpointText(c.checkpoint));
+        consumer->set_checkpoint(c.checkpoint.ToStringOrEmpty());
         if (show_sessions[s]) consumer->set_session_id(c.session_id);
         consumer->set_unacked_events(c.unacked_events);
         consumer->set_held_bytes(c.held_bytes);

@@ -391,7 +391,7 @@ absl::StatusOr<ConsumerRegistry::AckTicket> ConsumerRegistry::BeginAck(
     return reason::WithReason(
         absl::OutOfRangeError(absl::StrCat(
             "event ", id.ToString(), " was not delivered to consumer \"", consumer,
-            "\" in this session (last passed: ", passed == EventId{} ? "" : passed.ToString(),
+            "\" in this session (last passed: ", passed.ToStringOrEmpty(),
             ")")),
         reason::kAckNotDelivered, {{"stream", options_.stream}, {"consumer", consumer}});
   }

@@ -9,11 +9,6 @@
 #include "walfeed/v1/change_stream.pb.h"
 
 namespace walfeed::server {
-namespace {
-
-std::string IdText(EventId id) { return id == EventId{} ? "" : id.ToString(); }
-
-}  // namespace
 
 bool SessionFramer::Next(const StreamBuffer& buffer, const Context& context, absl::Time now,
                          std::string* frame) {
@@ -22,8 +17,8 @@ bool SessionFramer::Next(const StreamBuffer& buffer, const Context& context, abs
     started_sent_ = true;
     walfeed::v1::Started* started = response.mutable_started();
     started->set_session_id(context.session_id);
-    started->set_checkpoint(IdText(context.checkpoint));
-    started->set_start_after(IdText(cursor_));
+    started->set_checkpoint(context.checkpoint.ToStringOrEmpty());
+    started->set_start_after(cursor_.ToStringOrEmpty());
     started->mutable_slot()->set_name(context.slot_name);
     started->mutable_slot()->set_plugin("pgoutput");
     response.SerializeToString(frame);
@@ -40,7 +35,7 @@ bool SessionFramer::Next(const StreamBuffer& buffer, const Context& context, abs
       context.server_wal_end ? context.server_wal_end() : replication::Lsn();
   progress->set_server_wal_lsn(server_end.ToString());
   progress->set_last_delivered(unacked_.empty() ? "" : unacked_.back().first.ToString());
-  progress->set_checkpoint(IdText(context.checkpoint));
+  progress->set_checkpoint(context.checkpoint.ToStringOrEmpty());
   progress->set_unacked_events(unacked_.size());
   const replication::Lsn from = context.checkpoint.commit_lsn;
   progress->set_lag_bytes(from.valid() && server_end > from ? server_end.value() - from.value()

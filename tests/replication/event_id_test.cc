@@ -25,6 +25,13 @@ TEST(EventIdTest, ParsesAndFormats) {
   EXPECT_EQ(EventId::Parse("0/01A2B3C8:7")->ToString(), "0/1A2B3C8:7");
 }
 
+TEST(EventIdTest, NoEventIsEmptyTextOnlyWhereAsked) {
+  EXPECT_EQ(EventId{}.ToStringOrEmpty(), "");
+  EXPECT_EQ(EventId{}.ToString(), "0/0:0");
+  EXPECT_EQ((EventId{Lsn(0), 1}).ToStringOrEmpty(), "0/0:1");
+  EXPECT_EQ((EventId{Lsn(0x1A2B3C8), 0}).ToStringOrEmpty(), "0/1A2B3C8:0");
+}
+
 TEST(EventIdTest, FormatsEveryIndexWidthAsDecimal) {
   for (uint32_t index : {0u, 9u, 10u, 99u, 100u, 65535u, 1000000000u, 4294967295u}) {
     const EventId id{Lsn(0xFFFFFFFF00000001u), index};
